@@ -1,0 +1,152 @@
+"""Continuous batching at the model level: requests join and leave a running batch between decoder steps.
+
+The decoder owns a preallocated KV cache of `capacity` rows. Live rows are kept compact in [0, n): when a
+request finishes, rows from the tail are moved into its holes, so a step always reads contiguous views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+import torch
+
+from .logits_rules import apply_rules
+from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, new_search
+from .transformer import Seq2SeqTransformer
+
+
+@dataclass
+class StepEvent:
+    key: Hashable
+    new_token: int | None  # the token a one-row search produced this step (for streaming)
+    results: list[Hypothesis] | None  # set when the request finished
+
+
+class BatchDecoder:
+    def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_target_len: int):
+        self.model = model
+        self.capacity, self.max_source_len, self.max_target_len = capacity, max_source_len, max_target_len
+        self.cache = model.new_cache(capacity, max_target_len, max_source_len)
+        self.searches: dict[Hashable, Search] = {}
+        self.row_owner: list[Search | None] = [None] * capacity
+
+    @property
+    def live_rows(self) -> int:
+        return sum(len(s.rows) for s in self.searches.values())
+
+    @property
+    def free_rows(self) -> int:
+        return self.capacity - self.live_rows
+
+    def check(self, source_ids: list[int], params: DecodeParams) -> None:
+        if not source_ids or len(source_ids) > self.max_source_len:
+            raise ValueError(f"source has {len(source_ids)} tokens; allowed 1..{self.max_source_len}")
+        if params.max_new_tokens + 1 > self.max_target_len:
+            raise ValueError(f"max_new_tokens {params.max_new_tokens} exceeds {self.max_target_len - 1}")
+        if params.num_beams > self.capacity:
+            raise ValueError(f"num_beams {params.num_beams} exceeds the batch capacity {self.capacity}")
+
+    @torch.inference_mode()
+    def admit(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> None:
+        """Encode new requests together (one padded encoder pass) and give each its cache rows."""
+        need = sum(params.num_beams for _, _, params in entries)
+        if need > self.free_rows:
+            raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
+        cfg, device = self.model.config, self.model.device
+        longest = max(len(ids) for _, ids, _ in entries)
+        src = torch.full((len(entries), longest), cfg.pad_token_id, dtype=torch.long)
+        for i, (_, ids, params) in enumerate(entries):
+            self.check(ids, params)
+            src[i, : len(ids)] = torch.tensor(ids)
+        lengths = torch.tensor([len(ids) for _, ids, _ in entries])
+        mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S) True on real tokens
+        src = src.to(device)
+        cross_k, cross_v = self.model.cross_kv(self.model.encode(src, mask))  # (L, B, H, S, Dh)
+
+        first_free = self.live_rows
+        rows, sources = [], []
+        for i, (key, ids, params) in enumerate(entries):
+            search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
+            search.rows = list(range(first_free + len(rows), first_free + len(rows) + params.num_beams))
+            for row in search.rows:
+                self.row_owner[row] = search
+            rows += search.rows
+            sources += [i] * params.num_beams
+            self.searches[key] = search
+        index = torch.tensor(sources, device=device)
+        self.cache.write_source(torch.tensor(rows, device=device), cross_k[:, index], cross_v[:, index], mask[index])
+
+    @torch.inference_mode()
+    def step(self) -> list[StepEvent]:
+        """One decoder step for every live row; returns what each request produced."""
+        searches = list(self.searches.values())
+        if not searches:
+            return []
+        n = self.live_rows
+        tokens, positions = [0] * n, [0] * n
+        for s in searches:
+            for row, token in zip(s.rows, s.input_tokens()):
+                tokens[row], positions[row] = token, s.cur_len - 1
+        device = self.model.device
+        target_len = max(s.cur_len for s in searches)
+        source_len = max(s.source_len for s in searches)
+        logits = self.model.decode_step(self.cache, torch.tensor(tokens, device=device),
+                                        torch.tensor(positions, device=device), target_len, source_len)
+        scores = logits.float()  # (n, V)
+        logprobs = torch.log_softmax(scores, dim=-1)
+        apply_rules(scores, searches)
+        apply_rules(logprobs, searches)
+
+        events, parents = [], list(range(n))
+        greedy = [s for s in searches if isinstance(s, SingleSearch) and not s.params.do_sample]
+        if greedy:
+            greedy_rows = [s.rows[0] for s in greedy]
+            chosen = scores[greedy_rows].argmax(-1)
+            chosen_logprobs = logprobs[greedy_rows, chosen].tolist()
+            for s, token, lp in zip(greedy, chosen.tolist(), chosen_logprobs):
+                s.advance(token, lp)
+        for s in searches:
+            if isinstance(s, SingleSearch) and s.params.do_sample:
+                token = s.sample(scores[s.rows[0]])
+                s.advance(token, float(logprobs[s.rows[0], token]))
+            elif isinstance(s, BeamSearch):
+                local = s.advance(logprobs[s.rows])
+                for row, parent in zip(s.rows, local):
+                    parents[row] = s.rows[parent]
+        self.cache.reorder(torch.tensor(parents, device=device), target_len)
+
+        for key, s in list(self.searches.items()):
+            single = isinstance(s, SingleSearch)
+            events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
+        self._release([key for key, s in self.searches.items() if s.done])
+        return events
+
+    def cancel(self, key: Hashable) -> None:
+        if key in self.searches:
+            self._release([key])
+
+    def _release(self, keys: list[Hashable]) -> None:
+        """Drop finished or cancelled requests and move tail rows into the holes they leave."""
+        if not keys:
+            return
+        n_before = self.live_rows
+        freed = set()
+        for key in keys:
+            freed.update(self.searches.pop(key).rows)
+        n_after = n_before - len(freed)
+        holes = sorted(r for r in freed if r < n_after)
+        tail = [r for r in range(n_after, n_before) if r not in freed]
+        for r in freed:
+            self.row_owner[r] = None
+        if not holes:
+            return
+        target_len = max((s.cur_len for s in self.searches.values()), default=1)
+        source_len = max((s.source_len for s in self.searches.values()), default=1)
+        device = self.model.device
+        self.cache.move_rows(torch.tensor(tail, device=device), torch.tensor(holes, device=device),
+                             target_len, source_len)
+        for src, dst in zip(tail, holes):
+            owner = self.row_owner[src]
+            owner.rows[owner.rows.index(src)] = dst
+            self.row_owner[dst], self.row_owner[src] = owner, None

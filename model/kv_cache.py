@@ -1,0 +1,63 @@
+"""Preallocated KV cache for incremental decoding, one row per decoded sequence.
+
+Dimensions: L layers, R rows (capacity), H heads, T target capacity, S source capacity, Dh head size.
+Rows [0, n) are the live sequences; the decoding loop keeps them compact so a step reads contiguous views.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, rows: int, num_heads: int, head_dim: int,
+                 max_target_len: int, max_source_len: int, dtype: torch.dtype, device: torch.device | str):
+        self.rows, self.max_target_len, self.max_source_len = rows, max_target_len, max_source_len
+        self_shape = (num_layers, rows, num_heads, max_target_len, head_dim)
+        cross_shape = (num_layers, rows, num_heads, max_source_len, head_dim)
+        self.self_k = torch.zeros(self_shape, dtype=dtype, device=device)  # (L, R, H, T, Dh)
+        self.self_v = torch.zeros(self_shape, dtype=dtype, device=device)
+        self.cross_k = torch.zeros(cross_shape, dtype=dtype, device=device)  # (L, R, H, S, Dh)
+        self.cross_v = torch.zeros(cross_shape, dtype=dtype, device=device)
+        self.source_mask = torch.zeros((rows, max_source_len), dtype=torch.bool, device=device)  # (R, S)
+
+    def write_source(self, rows: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
+                     source_mask: torch.Tensor) -> None:
+        """Store cross-attention K/V (L, n, H, S', Dh) and the source mask (n, S') of new sequences in `rows`."""
+        s = source_mask.shape[1]
+        self.cross_k[:, rows, :, :s] = cross_k
+        self.cross_v[:, rows, :, :s] = cross_v
+        self.source_mask[rows] = False
+        self.source_mask[rows, :s] = source_mask
+
+    def write_step(self, layer: int, n: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one new key/value (n, H, Dh) per live row at that row's position."""
+        rows = torch.arange(n, device=positions.device)
+        self.self_k[layer, rows, :, positions] = k
+        self.self_v[layer, rows, :, positions] = v
+
+    def move_rows(self, src: torch.Tensor, dst: torch.Tensor, target_len: int, source_len: int) -> None:
+        """Copy whole rows src → dst (dst[i] gets src[i]); used to keep live rows compact and to fork beams.
+
+        Only the first `target_len`/`source_len` positions are copied: nothing beyond them is ever read.
+        """
+        self.self_k[:, dst, :, :target_len] = self.self_k[:, src, :, :target_len]
+        self.self_v[:, dst, :, :target_len] = self.self_v[:, src, :, :target_len]
+        self.cross_k[:, dst, :, :source_len] = self.cross_k[:, src, :, :source_len]
+        self.cross_v[:, dst, :, :source_len] = self.cross_v[:, src, :, :source_len]
+        self.source_mask[dst] = self.source_mask[src]
+
+    def reorder(self, parents: torch.Tensor, target_len: int) -> None:
+        """Beam search: live row i continues the hypothesis that lived in row parents[i].
+
+        Only rows whose parent differs are copied, and only their self-attention cache: beams of one
+        request share a source, so their cross-attention rows are already equal.
+        """
+        n = parents.shape[0]
+        changed = parents != torch.arange(n, device=parents.device)
+        if not bool(changed.any()):
+            return
+        dst = changed.nonzero().squeeze(1)
+        src = parents[dst]
+        self.self_k[:, dst, :, :target_len] = self.self_k[:, src, :, :target_len]
+        self.self_v[:, dst, :, :target_len] = self.self_v[:, src, :, :target_len]

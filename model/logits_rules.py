@@ -1,0 +1,46 @@
+"""Rules applied to next-token scores before a search chooses: banned words, minimum length, forced </s>.
+
+They mirror transformers' NoBadWords, MinNewTokensLength and ForcedEOSToken processors and are applied to a
+whole batch of rows at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from .search import NEG_INF, Search
+
+
+def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
+    """scores (n, V), modified in place; row r belongs to the search whose `rows` contain r."""
+    banned_groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    eos_banned: list[int] = []
+    forced: dict[int, list[int]] = defaultdict(list)
+    for search in searches:
+        singles = tuple(w[0] for w in search.params.bad_words_ids if len(w) == 1 and w[0] != search.eos_id)
+        if singles:
+            banned_groups[singles].extend(search.rows)
+        for word in search.params.bad_words_ids:
+            if len(word) > 1:
+                _ban_completions(scores, search, word)
+        if search.eos_banned():
+            eos_banned.extend((row, search.eos_id) for row in search.rows)
+        if search.forced_eos():
+            forced[search.params.forced_eos_token_id].extend(search.rows)
+    for token_ids, rows in banned_groups.items():
+        scores[torch.tensor(rows)[:, None], torch.tensor(token_ids)[None, :]] = NEG_INF
+    if eos_banned:
+        rows, ids = zip(*eos_banned)
+        scores[list(rows), list(ids)] = NEG_INF
+    for token_id, rows in forced.items():
+        scores[rows] = NEG_INF
+        scores[rows, token_id] = 0.0
+
+
+def _ban_completions(scores: torch.Tensor, search: Search, word: tuple[int, ...]) -> None:
+    prefix = list(word[:-1])
+    for row, seq in zip(search.rows, search.sequences):
+        if seq[len(seq) - len(prefix):] == prefix:
+            scores[row, word[-1]] = NEG_INF

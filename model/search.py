@@ -1,0 +1,191 @@
+"""Per-request search state: greedy, sampling and beam search, each owning one or more cache rows.
+
+A search never runs the model: the batch decoder hands it the processed scores of its rows and it picks
+the next tokens. Beam search follows transformers' algorithm step for step (top 2·k candidates, a finished
+set of k hypotheses scored by sum_logprob / generated_len ** length_penalty, the same early-stop heuristic),
+so that translations are identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+NEG_INF = float("-inf")
+NEG_LARGE = -1.0e9  # transformers' "impossible" score for beams
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    max_new_tokens: int
+    min_new_tokens: int = 0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    num_return_sequences: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_eos_token_id: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.num_beams < 1 or not 1 <= self.num_return_sequences <= self.num_beams:
+            raise ValueError(f"need 1 <= num_return_sequences ({self.num_return_sequences}) <= num_beams "
+                             f"({self.num_beams})")
+        if self.do_sample and self.num_beams > 1:
+            raise ValueError("sampling with num_beams > 1 is not supported")
+
+
+@dataclass
+class Hypothesis:
+    token_ids: list[int]  # generated tokens, </s> included when produced
+    score: float  # sum of log-probabilities / len(token_ids) ** length_penalty
+    finish_reason: str  # "eos" or "length"
+
+
+class Search:
+    """State shared by all strategies. cur_len counts the decoder start token, as in transformers."""
+
+    def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
+        self.params, self.eos_id, self.source_len = params, eos_id, source_len
+        self.rows: list[int] = []
+        self.cur_len = 1
+        self.done = False
+        self.max_length = params.max_new_tokens + 1
+        self.sequences: list[list[int]] = [[] for _ in range(self.num_rows)]
+        self.start_id = start_id
+
+    @property
+    def num_rows(self) -> int:
+        return self.params.num_beams
+
+    def input_tokens(self) -> list[int]:
+        return [seq[-1] if seq else self.start_id for seq in self.sequences]
+
+    def generated(self) -> int:
+        return self.cur_len - 1
+
+    def forced_eos(self) -> bool:
+        return self.params.forced_eos_token_id is not None and self.cur_len == self.max_length - 1
+
+    def eos_banned(self) -> bool:
+        return self.generated() < self.params.min_new_tokens
+
+
+class SingleSearch(Search):
+    """Greedy (argmax) or sampling: one row, one token per step."""
+
+    def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
+        super().__init__(params, eos_id, start_id, source_len)
+        self.logprob = 0.0
+        self.generator = None
+        if params.do_sample:
+            self.generator = torch.Generator(device="cpu")
+            self.generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+
+    def sample(self, scores: torch.Tensor) -> int:
+        """scores (V,) processed logits of this row → a token drawn with temperature, top-k and top-p."""
+        p = self.params
+        scores = scores / p.temperature
+        if 0 < p.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, p.top_k).values[-1]
+            scores = scores.masked_fill(scores < kth, NEG_INF)
+        if p.top_p < 1.0:
+            sorted_scores, order = torch.sort(scores, descending=True)
+            cumulative = sorted_scores.softmax(-1).cumsum(-1)
+            drop = cumulative - sorted_scores.softmax(-1) >= p.top_p  # keep the smallest set reaching top_p
+            scores = scores.masked_fill(drop.scatter(0, order, drop), NEG_INF)
+        probs = scores.softmax(-1).cpu()
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def advance(self, token: int, logprob: float) -> None:
+        self.sequences[0].append(token)
+        self.logprob += logprob
+        self.cur_len += 1
+        self.done = token == self.eos_id or self.cur_len >= self.max_length
+
+    def results(self) -> list[Hypothesis]:
+        tokens = self.sequences[0]
+        reason = "eos" if tokens and tokens[-1] == self.eos_id else "length"
+        return [Hypothesis(tokens, self.logprob / max(len(tokens), 1) ** self.params.length_penalty, reason)]
+
+
+class BeamSearch(Search):
+    """Beam search over num_beams rows; a port of transformers' vectorized beam search for one sentence."""
+
+    def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
+        super().__init__(params, eos_id, start_id, source_len)
+        k = params.num_beams
+        self.running_scores = torch.zeros(k)
+        self.running_scores[1:] = NEG_LARGE
+        self.finished_scores = torch.full((k,), NEG_LARGE)
+        self.finished_seqs: list[list[int]] = [[] for _ in range(k)]
+        self.is_finished = torch.zeros(k, dtype=torch.bool)
+        self.improvable = True  # transformers' is_early_stop_heuristic_unsatisfied
+        self.candidate_is_top = torch.arange(2 * k) < k
+
+    def advance(self, logprobs: torch.Tensor) -> list[int]:
+        """logprobs (k, V) processed log-probabilities of this request's rows → parent row (local) per beam."""
+        p, k = self.params, self.params.num_beams
+        vocab = logprobs.shape[-1]
+        totals = (logprobs.float().cpu() + self.running_scores[:, None]).reshape(-1)  # (k·V,)
+        cand_scores, cand_index = torch.topk(totals, 2 * k)
+        cand_parent, cand_token = cand_index // vocab, cand_index % vocab
+        hits = (cand_token == self.eos_id) | (self.cur_len + 1 >= self.max_length)
+        cand_seqs = [self.sequences[b] + [t] for b, t in zip(cand_parent.tolist(), cand_token.tolist())]
+
+        # Beams that go on: the best k candidates that did not stop.
+        running = cand_scores + hits.float() * NEG_LARGE
+        keep = torch.topk(running, k).indices
+        self.running_scores = running[keep]
+        self.sequences = [cand_seqs[i] for i in keep.tolist()]
+        parents = cand_parent[keep].tolist()
+
+        # Finished hypotheses: only stopped candidates among the top k may enter the finished set.
+        just_finished = hits & self.candidate_is_top
+        scored = cand_scores / (self.cur_len ** p.length_penalty)
+        if p.early_stopping is True and bool(self.is_finished.all()):
+            scored = scored + NEG_LARGE
+        if not self.improvable:
+            scored = scored + NEG_LARGE
+        scored = scored + (~just_finished) * NEG_LARGE
+        merged = torch.cat((self.finished_scores, scored))
+        best = torch.topk(merged, k).indices
+        merged_seqs = self.finished_seqs + cand_seqs
+        self.finished_seqs = [merged_seqs[i] for i in best.tolist()]
+        self.finished_scores = merged[best]
+        self.is_finished = torch.cat((self.is_finished, just_finished))[best]
+
+        self.cur_len += 1
+        self._update_done(hits)
+        return parents
+
+    def _update_done(self, hits: torch.Tensor) -> None:
+        p = self.params
+        if p.early_stopping == "never" and p.length_penalty > 0.0:
+            best_len = self.max_length - 1
+        else:
+            best_len = self.cur_len - 1
+        best_possible = self.running_scores[:1] / (best_len ** p.length_penalty)
+        worst_finished = torch.where(self.is_finished, self.finished_scores.min(), NEG_LARGE)
+        self.improvable = self.improvable and bool((best_possible > worst_finished).any())
+        all_finished = bool(self.is_finished.all())
+        open_beam = not (all_finished and p.early_stopping is True)
+        self.done = not (self.improvable and open_beam and not bool(hits.all()))
+
+    def results(self) -> list[Hypothesis]:
+        out = []
+        for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores.tolist()):
+            out.append(Hypothesis(seq, score, "eos" if seq and seq[-1] == self.eos_id else "length"))
+        return out
+
+
+def new_search(params: DecodeParams, eos_id: int, start_id: int, source_len: int) -> Search:
+    cls = BeamSearch if params.num_beams > 1 else SingleSearch
+    return cls(params, eos_id, start_id, source_len)

@@ -1,0 +1,100 @@
+"""The encoder-decoder Transformer: encode once, decode_step per token on a KV cache, forward as the oracle.
+
+Dimensions: B batch rows, S source length, T target length, L layers, H heads, Dh head size, D model size,
+V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .layers import DecoderLayer, EncoderLayer, embed_scale, sinusoidal_positions
+
+
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, config: ModelConfig, dropout: float = 0.0):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed_scale = embed_scale(d, config.scale_embedding)
+        self.encoder_embed = nn.Embedding(config.vocab_size, d)
+        self.decoder_embed = (self.encoder_embed if config.one_embedding
+                              else nn.Embedding(config.target_vocab_size, d))
+        self.register_buffer("positions", sinusoidal_positions(config.max_position_embeddings, d), persistent=False)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(d, config.encoder_attention_heads, config.encoder_ffn_dim, config.activation_function, dropout)
+            for _ in range(config.encoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(d, config.decoder_attention_heads, config.decoder_ffn_dim, config.activation_function, dropout)
+            for _ in range(config.decoder_layers))
+        self.lm_head = nn.Linear(d, config.target_vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.decoder_embed.weight
+        self.register_buffer("final_logits_bias", torch.zeros(config.target_vocab_size))
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def device(self) -> torch.device:
+        return self.final_logits_bias.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.encoder_embed.weight.dtype
+
+    def _embed(self, embedding: nn.Embedding, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.dropout(embedding(ids) * self.embed_scale + self.positions[positions])
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D)."""
+        x = self._embed(self.encoder_embed, src_ids, torch.arange(src_ids.shape[1], device=src_ids.device))
+        attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        for layer in self.encoder_layers:
+            x = layer(x, attn_mask)
+        return x
+
+    def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of every decoder layer, computed once per source: 2 × (L, B, H, S, Dh)."""
+        kvs = [layer.encoder_attn.project_memory(memory) for layer in self.decoder_layers]
+        return torch.stack([k for k, _ in kvs]), torch.stack([v for _, v in kvs])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden) + self.final_logits_bias  # (..., V)
+
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (B, T, V) for decoder inputs tgt_ids (B, T); no cache."""
+        memory = self.encode(src_ids, src_mask)
+        cross_mask = src_mask[:, None, None, :]
+        x = self._embed(self.decoder_embed, tgt_ids, torch.arange(tgt_ids.shape[1], device=tgt_ids.device))
+        for layer in self.decoder_layers:
+            k, v = layer.encoder_attn.project_memory(memory)
+            x = layer(x, k, v, cross_mask)
+        return self.logits(x)
+
+    def new_cache(self, rows: int, max_target_len: int, max_source_len: int) -> KVCache:
+        c = self.config
+        heads = c.decoder_attention_heads
+        return KVCache(c.decoder_layers, rows, heads, c.d_model // heads, max_target_len, max_source_len,
+                       self.dtype, self.device)
+
+    def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                    target_len: int, source_len: int) -> torch.Tensor:
+        """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V).
+
+        target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
+        """
+        n = tokens.shape[0]
+        x = self._embed(self.decoder_embed, tokens, positions)[:, None, :]  # (n, 1, D)
+        self_mask = (torch.arange(target_len, device=tokens.device)[None, :] <= positions[:, None])
+        self_mask = self_mask[:, None, None, :]  # (n, 1, 1, T)
+        cross_mask = cache.source_mask[:n, None, None, :source_len]  # (n, 1, 1, S)
+        for i, layer in enumerate(self.decoder_layers):
+            q, k, v = layer.self_attn.project(x)  # (n, H, 1, Dh)
+            cache.write_step(i, n, positions, k[:, :, 0], v[:, :, 0])
+            attn = layer.self_attn.attend(q, cache.self_k[i, :n, :, :target_len], cache.self_v[i, :n, :, :target_len],
+                                          self_mask)
+            x = layer.post_self_attention(x, attn, cache.cross_k[i, :n, :, :source_len],
+                                          cache.cross_v[i, :n, :, :source_len], cross_mask)
+        return self.logits(x[:, 0])

@@ -1,0 +1,67 @@
+"""Command-line translator: one source line in, one translation line out, in input order.
+
+    python -m model.translate [--model DIR] [--target-lang XX] [--beam-size N] [--input FILE] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from .config import CheckpointError
+from .translator import DTYPES, Translator
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m model.translate", description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="Marian checkpoint directory (default: the embedded demo model)")
+    p.add_argument("--target-lang", help="target language code; prepends >>XX<< to every line")
+    p.add_argument("--beam-size", type=int, help="beams (default: the model's generation config)")
+    p.add_argument("--length-penalty", type=float)
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("--normalize-punctuation", action="store_true",
+                   help="apply Moses punctuation normalization before tokenizing (transformers does not)")
+    p.add_argument("--input", help="source file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for name in ("beam_size", "max_new_tokens", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"error: --{name.replace('_', '-')} must be at least 1, got {value}", file=sys.stderr)
+            return 2
+    try:
+        translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
+                                                normalize_punctuation=args.normalize_punctuation)
+        if args.input:
+            with open(args.input, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        else:
+            lines = sys.stdin.read().splitlines()
+        bar = tqdm(total=len(lines), file=sys.stderr, unit="line", disable=not args.input)
+        translations = translator.translate(
+            lines, target_lang=args.target_lang, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+            length_penalty=args.length_penalty, batch_size=args.batch_size, progress=bar.update)
+        bar.close()
+    except (CheckpointError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    text = "".join(t.text + "\n" for t in translations)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Incremental decoding against naive re-computation, batch invariance, cancellation, sampling."""
+
+import pytest
+import torch
+from marian_fixtures import SENTENCES
+
+from model import Translator
+from model.batch_decoder import BatchDecoder
+from model.checkpoint import load_model
+from model.search import DecodeParams
+from model.tokenizer import MarianTokenizer
+
+
+@pytest.fixture(scope="module")
+def translator(checkpoint):
+    return Translator.from_pretrained(checkpoint)
+
+
+def test_cached_steps_equal_full_redecoding(checkpoint):
+    """Greedy decoding on the KV cache gives, at every step, the logits of a full teacher-forced pass."""
+    model, _ = load_model(checkpoint)
+    tok = MarianTokenizer.from_pretrained(checkpoint)
+    sources = [tok.encode(s) for s in SENTENCES]
+    src = torch.full((len(sources), max(map(len, sources))), model.config.pad_token_id)
+    for i, ids in enumerate(sources):
+        src[i, : len(ids)] = torch.tensor(ids)
+    mask = src != model.config.pad_token_id
+    steps = 12
+    cache = model.new_cache(len(sources), steps + 1, src.shape[1])
+    with torch.inference_mode():
+        k, v = model.cross_kv(model.encode(src, mask))
+        cache.write_source(torch.arange(len(sources)), k, v, mask)
+        prefix = torch.full((len(sources), 1), model.config.decoder_start_token_id)
+        for t in range(steps):
+            cached = model.decode_step(cache, prefix[:, -1], torch.full((len(sources),), t), t + 1, src.shape[1])
+            full = model(src, mask, prefix)[:, -1]
+            assert (cached - full).abs().max().item() < 1e-4
+            assert torch.equal(cached.argmax(-1), full.argmax(-1))
+            prefix = torch.cat([prefix, cached.argmax(-1, keepdim=True)], dim=1)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_alone_equals_inside_padded_batch(translator, beams):
+    batch = translator.translate(SENTENCES, beam_size=beams, max_new_tokens=30, batch_size=len(SENTENCES))
+    for text, in_batch in zip(SENTENCES, batch):
+        alone = translator.translate([text], beam_size=beams, max_new_tokens=30, batch_size=1)[0]
+        assert alone.token_ids == in_batch.token_ids
+        assert alone.score == pytest.approx(in_batch.score, abs=1e-4)
+
+
+def test_requests_join_and_leave_between_steps(translator):
+    """Rows freed by finished requests are refilled; compaction keeps every request's output intact."""
+    alone = {i: translator.translate([s], beam_size=2, max_new_tokens=25)[0].token_ids
+             for i, s in enumerate(SENTENCES)}
+    decoder = BatchDecoder(translator.model, capacity=5, max_source_len=128, max_target_len=26)
+    params = [DecodeParams(max_new_tokens=25, num_beams=2 if i % 2 else 1, forced_eos_token_id=0,
+                           bad_words_ids=((translator.tokenizer.pad_id,),)) for i in range(len(SENTENCES))]
+    sources = [translator.tokenizer.encode(s) for s in SENTENCES]
+    pending, results = list(range(len(SENTENCES))), {}
+    while pending or decoder.searches:
+        while pending and decoder.free_rows >= params[pending[0]].num_beams:
+            i = pending.pop(0)
+            decoder.admit([(i, sources[i], params[i])])
+        assert decoder.live_rows <= 5
+        for event in decoder.step():
+            if event.results:
+                results[event.key] = event.results[0].token_ids
+    for i in range(len(SENTENCES)):
+        if params[i].num_beams == 2:
+            assert results[i] == alone[i]
+    assert decoder.live_rows == 0
+
+
+def test_cancel_frees_rows_and_spares_the_others(translator):
+    tok = translator.tokenizer
+    params = DecodeParams(max_new_tokens=20, bad_words_ids=((tok.pad_id,),), forced_eos_token_id=0)
+    expected = translator.translate(SENTENCES[:3], max_new_tokens=20)
+    decoder = BatchDecoder(translator.model, capacity=8, max_source_len=128, max_target_len=21)
+    decoder.admit([(i, tok.encode(s), params) for i, s in enumerate(SENTENCES[:4])])
+    decoder.step()
+    decoder.cancel(3)
+    assert decoder.live_rows == 3
+    results = {}
+    while decoder.searches:
+        for event in decoder.step():
+            if event.results:
+                results[event.key] = event.results[0].token_ids
+    assert [results[i] for i in range(3)] == [t.token_ids for t in expected]
+    assert decoder.live_rows == 0 and decoder.free_rows == 8
+
+
+def test_sampling_is_reproducible_per_seed(translator):
+    def sample(seed, **kw):
+        return translator.translate(SENTENCES[:3], max_new_tokens=20, do_sample=True, seed=seed, **kw)
+
+    assert [t.token_ids for t in sample(7)] == [t.token_ids for t in sample(7)]
+    assert [t.token_ids for t in sample(7, top_k=1)] == [t.token_ids for t in translator.translate(
+        SENTENCES[:3], beam_size=1, max_new_tokens=20)]
+
+
+def test_min_new_tokens_and_max_new_tokens(translator):
+    for t in translator.translate(SENTENCES[:3], beam_size=1, max_new_tokens=7, min_new_tokens=5):
+        assert 5 <= len(t.token_ids) <= 7
+        if len(t.token_ids) == 7:
+            assert t.token_ids[-1] == translator.tokenizer.eos_id  # forced </s> at the limit, as transformers
+    pad = translator.tokenizer.pad_id
+    assert all(pad not in t.token_ids for t in translator.translate(SENTENCES, beam_size=3, max_new_tokens=20))
