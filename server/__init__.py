@@ -1,0 +1,1 @@
+"""Serving layer: scheduler, engine loop, FastAPI app, Ray Serve deployment."""

@@ -1,0 +1,50 @@
+"""python -m server [--no-ray] [--model DIR ...] [--host 127.0.0.1] [--port 8000] [...]"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .settings import Settings
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Settings]:
+    p = argparse.ArgumentParser(prog="python -m server", description="Serve translation models over HTTP.")
+    p.add_argument("--model", action="append", help="checkpoint directory (repeatable; default: the demo model)")
+    p.add_argument("--no-ray", action="store_true", help="serve in this process with uvicorn, without Ray")
+    p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas")
+    Settings.add_arguments(p)
+    args = p.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__ and k != "model"}
+    return args, Settings.from_env(**overrides)
+
+
+def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:
+    import uvicorn
+
+    from .app import create_app
+    from .local import LocalModels
+
+    models = LocalModels(settings, args.model or [None])
+    app = create_app(models, settings)
+    print(f"serving {', '.join(models.services)} at http://{settings.host}:{settings.port}", flush=True)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        models.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args, settings = parse_args(argv)
+    if args.no_ray:
+        serve_without_ray(args, settings)
+        return 0
+    from .deployment import serve_with_ray
+
+    return serve_with_ray(args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

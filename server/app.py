@@ -1,0 +1,212 @@
+"""The FastAPI application: routes, request guards, and the one mapping from errors to HTTP responses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Protocol
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from . import metrics
+from .errors import BadBody, BodyTooLarge, InvalidRequest, ServerError, Unauthorized
+from .schemas import GenerateRequest, GenerateResponse, ModelCard, ModelList, TranslateRequest, TranslateResponse
+from .service import ModelService
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class ModelProvider(Protocol):
+    """Where the app finds models: in-process (server.local) or multiplexed by Ray Serve."""
+
+    async def get(self, name: str | None) -> ModelService: ...
+
+    def cards(self) -> list[ModelCard]: ...
+
+    def health(self, stale_after_s: float) -> tuple[bool, str]: ...
+
+    def metrics_text(self) -> bytes: ...
+
+
+class BodyGuard:
+    """ASGI middleware: reads request bodies up to a byte limit (413) and rejects invalid UTF-8 (400)
+    before any parsing; the app then receives the buffered body."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._reject(scope, receive, send, self._too_large())
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._reject(scope, receive, send, self._too_large())
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return await self._reject(scope, receive, send,
+                                      BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body"))
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self) -> BodyTooLarge:
+        return BodyTooLarge(f"the body is larger than {self.max_bytes} bytes", field="body", limit=self.max_bytes)
+
+    @staticmethod
+    async def _reject(scope, receive, send, error: ServerError):
+        await error.response()(scope, receive, send)
+
+
+def validation_error(exc: RequestValidationError) -> ServerError:
+    """Pydantic/FastAPI validation errors → one JSON error naming the field, the problem and the limit."""
+    first = exc.errors()[0]
+    if first["type"] in ("json_invalid", "json_type"):
+        return BadBody(f"invalid JSON: {first.get('msg', '')}", field="body")
+    loc = [str(p) for p in first["loc"] if p != "body"]
+    field = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
+    limit = next((v for k, v in (first.get("ctx") or {}).items() if k in ("ge", "gt", "le", "lt", "max_length",
+                                                                         "min_length")), None)
+    return InvalidRequest(f"{field}: {first['msg']}", field=field, limit=limit)
+
+
+async def until_disconnect(request: Request, work):
+    """Run `work`; if the client hangs up first, cancel it (its sequences leave the batch)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
+    finally:
+        task.cancel()
+        watch.cancel()
+
+
+def sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
+    app = FastAPI(title="seq2seq-serve", version="0.1.0",
+                  description="Translation and text-to-text generation with encoder-decoder Transformers.")
+    app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        start = time.monotonic()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        # Label by route template; requests rejected before routing keep their path if it is a route.
+        path = route.path if route is not None else (request.url.path if request.url.path in paths else "other")
+        metrics.REQUESTS.labels(path, str(response.status_code)).inc()
+        metrics.REQUEST_LATENCY.labels(path).observe(time.monotonic() - start)
+        return response
+
+    @app.exception_handler(ServerError)
+    async def server_error(_: Request, exc: ServerError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError):
+        return validation_error(exc).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception):
+        log.exception("unhandled error")
+        return ServerError(f"internal error: {type(exc).__name__}").response()
+
+    def authorize(request: Request) -> None:
+        if not settings.api_keys:
+            return
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or key not in settings.api_keys:
+            raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
+
+    @app.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True,
+              dependencies=[Depends(authorize)])
+    async def translate(body: TranslateRequest, request: Request):
+        service = await provider.get(body.model)
+        return await until_disconnect(request, service.translate(body))
+
+    @app.post("/v1/generate", response_model=GenerateResponse, dependencies=[Depends(authorize)],
+              responses={200: {"content": {"text/event-stream": {}}}})
+    async def generate(body: GenerateRequest, request: Request):
+        service = await provider.get(body.model)
+        if not body.stream:
+            return await until_disconnect(request, service.generate(body))
+        events = service.generate_events(body)
+        first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
+
+        async def stream():
+            event = first
+            try:
+                while True:
+                    if event.finish_reason is None:
+                        yield sse({"text": event.text})
+                    else:
+                        yield sse({"text": "", "finish_reason": event.finish_reason,
+                                   "usage": event.usage.model_dump()})
+                        yield "data: [DONE]\n\n"
+                        return
+                    event = await anext(events)
+            except ServerError as e:
+                yield sse(e.body())
+            finally:
+                await events.aclose()
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(authorize)])
+    async def models():
+        return ModelList(models=provider.cards())
+
+    @app.get("/healthz")
+    async def healthz():
+        ok, detail = provider.health(settings.health_stale_s)
+        return JSONResponse({"status": "ok" if ok else "unhealthy", "detail": detail}, status_code=200 if ok else 503)
+
+    @app.get("/readyz")
+    async def readyz():
+        ok, detail = provider.health(settings.ready_stale_s)
+        return JSONResponse({"status": "ready" if ok else "not ready", "detail": detail},
+                            status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics_route():
+        return Response(provider.metrics_text(), media_type=CONTENT_TYPE_LATEST)
+
+    paths = {route.path for route in app.routes}
+    return app

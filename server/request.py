@@ -1,0 +1,62 @@
+"""Per-request state shared by the scheduler, the engine loop and the HTTP side."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+from model import DecodeParams, Hypothesis
+
+_ids = itertools.count(1)
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class TokenOutput:
+    token: int
+
+
+@dataclass(frozen=True)
+class FinalOutput:
+    hypotheses: list[Hypothesis]
+
+
+@dataclass(frozen=True)
+class ErrorOutput:
+    error: Exception
+
+
+Output = TokenOutput | FinalOutput | ErrorOutput
+
+
+@dataclass(eq=False)
+class SeqRequest:
+    """One source sequence to decode. `deliver` is called from the engine thread and must be thread-safe."""
+
+    source_ids: list[int]
+    params: DecodeParams
+    deliver: Callable[[Output], None]
+    id: int = field(default_factory=lambda: next(_ids))
+    status: Status = Status.WAITING
+    arrived_at: float = field(default_factory=time.monotonic)
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    output_tokens: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.params.num_beams
+
+    @property
+    def done(self) -> bool:
+        return self.status in (Status.FINISHED, Status.CANCELLED, Status.FAILED)

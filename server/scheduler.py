@@ -1,0 +1,75 @@
+"""The scheduler decides each step which waiting requests join the running batch. It holds no tensors.
+
+Contract: `schedule()` → Plan (requests to admit, running requests to drop); the engine executes the plan
+and one decoder step; `finish()` records requests that left the batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .errors import QueueFull
+from .request import SeqRequest, Status
+
+
+@dataclass
+class Plan:
+    admit: list[SeqRequest] = field(default_factory=list)
+    cancel: list[SeqRequest] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, max_rows: int, max_batch_tokens: int, max_queued: int):
+        self.max_rows, self.max_batch_tokens, self.max_queued = max_rows, max_batch_tokens, max_queued
+        self.waiting: deque[SeqRequest] = deque()
+        self.running: dict[int, SeqRequest] = {}
+        self.to_cancel: list[SeqRequest] = []
+
+    @property
+    def rows_in_use(self) -> int:
+        return sum(r.rows for r in self.running.values())
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.to_cancel)
+
+    def add(self, requests: list[SeqRequest]) -> None:
+        """Queue all of `requests` or none of them."""
+        if len(self.waiting) + len(requests) > self.max_queued:
+            raise QueueFull(f"the queue holds {len(self.waiting)} waiting sequences; at most {self.max_queued}",
+                            limit=self.max_queued)
+        self.waiting.extend(requests)
+
+    def cancel(self, request: SeqRequest) -> None:
+        if request.status == Status.WAITING:
+            self.waiting.remove(request)
+            request.status = Status.CANCELLED
+        elif request.status == Status.RUNNING and request not in self.to_cancel:
+            self.to_cancel.append(request)
+
+    def schedule(self) -> Plan:
+        """First come, first served: admit from the head of the queue while rows and the padded encoder
+        batch (group size × longest source) fit; never skip ahead of a request that does not fit."""
+        # A request may have finished in the step during which it was cancelled: nothing left to drop.
+        plan = Plan(cancel=[r for r in self.to_cancel if self.running.pop(r.id, None) is not None])
+        self.to_cancel = []
+        for request in plan.cancel:
+            request.status = Status.CANCELLED
+        free_rows = self.max_rows - self.rows_in_use
+        longest = 0
+        while self.waiting:
+            request = self.waiting[0]
+            padded = (len(plan.admit) + 1) * max(longest, len(request.source_ids))
+            if request.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
+                break
+            self.waiting.popleft()
+            plan.admit.append(request)
+            free_rows -= request.rows
+            longest = max(longest, len(request.source_ids))
+            request.status = Status.RUNNING
+            self.running[request.id] = request
+        return plan
+
+    def finish(self, request: SeqRequest, status: Status = Status.FINISHED) -> None:
+        self.running.pop(request.id, None)
+        request.status = status

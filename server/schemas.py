@@ -1,0 +1,104 @@
+"""Request and response bodies: one Pydantic schema per intent, limits in Field constraints."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+# Static upper bounds for the schema; the configured (possibly lower) limits are checked in app.py.
+MAX_TEXTS = 64
+MAX_TEXT_CHARS = 20_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TranslateRequest(Strict):
+    text: list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] = Field(
+        min_length=1, max_length=MAX_TEXTS, description=f"one text, or a list of 1..{MAX_TEXTS} texts",
+        examples=["one hundred and twenty-three"], json_schema_extra={"anyOf": [{"type": "string"}]})
+    _single: bool = PrivateAttr(False)
+    source_lang: str | None = Field(None, max_length=16)
+    target_lang: str | None = Field(None, max_length=16, examples=["de"])
+    model: str | None = Field(None, max_length=200)
+    beam_size: int | None = Field(None, ge=1, le=16)
+    max_new_tokens: int | None = Field(None, ge=1)
+    length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
+    n_best: int = Field(1, ge=1, le=16)
+    return_scores: bool = False
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_text(cls, data, handler):
+        """Accept a bare string as a list of one (errors then name `text`, not a union branch)."""
+        single = isinstance(data, dict) and isinstance(data.get("text"), str)
+        if single:
+            data = {**data, "text": [data["text"]]}
+        request = handler(data)
+        request._single = single
+        return request
+
+    def field_name(self, index: int) -> str:
+        return "text" if self._single else f"text[{index}]"
+
+
+class Alternative(BaseModel):
+    text: str
+    score: float | None = None
+
+
+class Translation(BaseModel):
+    text: str
+    score: float | None = None
+    alternatives: list[Alternative] | None = None
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    translations: list[Translation]
+    usage: Usage
+
+
+class GenerateRequest(Strict):
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    model: str | None = Field(None, max_length=200)
+    max_new_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, gt=0.0, le=100.0, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=0, le=100_000)
+    top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    num_beams: int | None = Field(None, ge=1, le=16)
+    stop: list[str] | None = Field(None, max_length=16)
+    stream: bool = False
+
+
+class GenerateResponse(BaseModel):
+    model: str
+    text: str
+    finish_reason: Literal["eos", "length", "stop"]
+    usage: Usage
+
+
+class ModelLimits(BaseModel):
+    max_texts: int
+    max_input_tokens: int
+    max_new_tokens: int
+    max_beams: int
+
+
+class ModelCard(BaseModel):
+    id: str
+    languages: list[str]
+    default_beam_size: int
+    limits: ModelLimits
+
+
+class ModelList(BaseModel):
+    models: list[ModelCard]

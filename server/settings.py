@@ -1,0 +1,60 @@
+"""One typed settings object: CLI flags override environment variables (SERVER_*), which override defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str | None = None  # checkpoint directory; None = the embedded demo model
+    device: str = "auto"  # auto = cuda when available
+    dtype: str = "auto"  # auto = float16 on cuda, float32 on cpu
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
+    max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
+    max_queued_requests: int = 256  # waiting sequences before new requests get 503
+    max_texts: int = 64  # texts in one /v1/translate request
+    max_input_tokens: int = 256  # tokens per source text
+    max_new_tokens: int = 256  # upper limit a request may ask for
+    max_beams: int = 16
+    max_body_bytes: int = 1_000_000
+    request_timeout_s: float = 60.0
+    ready_stale_s: float = 5.0  # /readyz fails when the engine loop made no progress for this long
+    health_stale_s: float = 30.0  # /healthz fails when the engine loop is dead or stuck this long
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def env_name(cls, name: str) -> str:
+        return f"SERVER_{name.upper()}"
+
+    @classmethod
+    def from_env(cls, environ=os.environ, **overrides) -> "Settings":
+        values = {}
+        for f in fields(cls):
+            raw = environ.get(cls.env_name(f.name))
+            if raw is not None:
+                values[f.name] = _parse(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            if f.name in ("model", "api_keys"):
+                continue
+            parser.add_argument("--" + f.name.replace("_", "-"), type=_type(f), default=None,
+                                help=f"(env {cls.env_name(f.name)}; default {f.default})")
+
+
+def _type(f):
+    return {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+
+
+def _parse(f, raw: str):
+    if f.name == "api_keys":
+        return tuple(k.strip() for k in raw.split(",") if k.strip())
+    return _type(f)(raw)
