@@ -25,6 +25,10 @@ class StepEvent:
 
 class BatchDecoder:
     def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_target_len: int):
+        positions = model.config.max_position_embeddings
+        if max(max_source_len, max_target_len) > positions:
+            raise ValueError(f"sequence lengths {max_source_len}/{max_target_len} exceed the model's "
+                             f"{positions} positions")
         self.model = model
         self.capacity, self.max_source_len, self.max_target_len = capacity, max_source_len, max_target_len
         self.cache = model.new_cache(capacity, max_target_len, max_source_len)

@@ -90,6 +90,10 @@ class Translator:
                                            if i not in sources}
         order = sorted(sources, key=lambda i: -len(sources[i]))
         longest = max((len(s) for s in sources.values()), default=1)
+        positions = self.model.config.max_position_embeddings
+        if longest > positions or params.max_new_tokens >= positions:
+            raise ValueError(f"the model has {positions} positions: at most {positions} source tokens "
+                             f"(longest: {longest}) and {positions - 1} new tokens (asked: {params.max_new_tokens})")
         decoder = BatchDecoder(self.model, capacity=batch_size * params.num_beams, max_source_len=longest,
                                max_target_len=params.max_new_tokens + 1)
         for key in order:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from model import DecodeParams, Hypothesis
@@ -29,7 +29,12 @@ class StreamEvent:
 
 class ModelService:
     def __init__(self, name: str, translator: Translator, settings: Settings):
-        self.name, self.translator, self.settings = name, translator, settings
+        self.name, self.translator = name, translator
+        positions = translator.model.config.max_position_embeddings
+        # The server's limits, clamped to what the model's positions allow.
+        self.settings = replace(settings, max_input_tokens=min(settings.max_input_tokens, positions),
+                                max_new_tokens=min(settings.max_new_tokens, positions - 1))
+        settings = self.settings
         engine = Engine(translator, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
         scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests)
         self.loop = EngineLoop(engine, scheduler).start()

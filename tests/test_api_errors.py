@@ -1,0 +1,138 @@
+"""Every 4xx path through FastAPI's TestClient: JSON naming the field, the problem and the limit."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+from server.local import LocalModels
+from server.settings import Settings
+
+SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8, max_body_bytes=30000,
+                    max_batch_rows=16)
+
+
+@pytest.fixture(scope="module")
+def client(checkpoint):
+    models = LocalModels(SETTINGS, [str(checkpoint)])
+    with TestClient(create_app(models, SETTINGS)) as c:
+        yield c
+    models.close()
+
+
+def error_of(response, status):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"]
+    return error
+
+
+@pytest.mark.parametrize("body,field,limit", [
+    ({"text": ["a"] * 9}, "text", 8),
+    ({"text": ["a"] * 65}, "text", 64),
+    ({"text": []}, "text", 1),
+    ({"text": ["ok", 5]}, "text[1]", None),
+    ({"text": "x" * 20001}, "text[0]", 20000),
+    ({"text": "hello " * 40}, "text", 32),
+    ({"text": ["fine", "hello " * 40]}, "text[1]", 32),
+    ({"text": "a", "beam_size": 17}, "beam_size", 16),
+    ({"text": "a", "beam_size": 0}, "beam_size", 1),
+    ({"text": "a", "beam_size": 7}, "beam_size", 6),
+    ({"text": "a", "max_new_tokens": 41}, "max_new_tokens", 40),
+    ({"text": "a", "max_new_tokens": 0}, "max_new_tokens", 1),
+    ({"text": "a", "beam_size": 2, "n_best": 3}, "n_best", 2),
+    ({"text": "a", "length_penalty": "nan"}, "length_penalty", None),
+    ({"text": "a", "unknown": 1}, "unknown", None),
+    ({"text": "a", "target_lang": "xx"}, "target_lang", ["de", "fr"]),
+])
+def test_translate_rejections(client, body, field, limit):
+    error = error_of(client.post("/v1/translate", json=body), 422)
+    assert error["field"] == field
+    assert error.get("limit") == limit
+
+
+def test_target_lang_error_names_the_languages(client):
+    error = error_of(client.post("/v1/translate", json={"text": "a", "target_lang": "xx"}), 422)
+    assert "de, fr" in error["message"]
+
+
+def test_unknown_model(client):
+    error = error_of(client.post("/v1/translate", json={"text": "a", "model": "nope"}), 404)
+    assert error["field"] == "model" and "available" in error["message"]
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"text": "a", "temperature": 0}, "temperature"),
+    ({"text": "a", "top_p": 1.5}, "top_p"),
+    ({"text": "a", "top_k": -1}, "top_k"),
+    ({"text": "a", "num_beams": 3, "temperature": 0.7}, "num_beams"),
+    ({"text": "a", "stop": ["x"] * 17}, "stop"),
+    ({"text": "a", "seed": -1}, "seed"),
+    ({"text": 5}, "text"),
+])
+def test_generate_rejections(client, body, field):
+    assert error_of(client.post("/v1/generate", json=body), 422)["field"] == field
+
+
+def test_invalid_json_utf8_and_size(client):
+    headers = {"content-type": "application/json"}
+    assert error_of(client.post("/v1/translate", content=b'{"text": "a"', headers=headers), 400)["field"] == "body"
+    bad_utf8 = client.post("/v1/translate", content=b'{"text": "\xff\xfe"}', headers=headers)
+    assert "UTF-8" in error_of(bad_utf8, 400)["message"]
+    big = client.post("/v1/translate", json={"text": "a" * 40000})
+    assert error_of(big, 413)["limit"] == 30000
+    assert client.get("/readyz").status_code == 200  # the server is unharmed
+
+
+def test_streaming_equals_non_streaming(client):
+    body = {"text": "the quick brown fox", "max_new_tokens": 30}
+    whole = client.post("/v1/generate", json=body).json()
+    with client.stream("POST", "/v1/generate", json={**body, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    import json
+    events = [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    assert "".join(e["text"] for e in events) == whole["text"]
+    assert events[-1]["finish_reason"] == whole["finish_reason"]
+    assert events[-1]["usage"] == whole["usage"]
+
+
+def test_stop_strings_cut_the_output(client):
+    full = client.post("/v1/generate", json={"text": "hello world", "max_new_tokens": 30}).json()["text"]
+    assert len(full) > 4
+    stop = full[2:4]
+    cut = client.post("/v1/generate", json={"text": "hello world", "max_new_tokens": 30, "stop": [stop]}).json()
+    assert cut["finish_reason"] == "stop"
+    assert cut["text"] == full[: full.index(stop)]
+
+
+def test_models_health_and_metrics(client):
+    card = client.get("/v1/models").json()["models"][0]
+    assert card["languages"] == ["de", "fr"] and card["limits"]["max_texts"] == 8
+    assert client.get("/healthz").status_code == 200
+    client.post("/v1/translate", json={"text": "hello"})
+    text = client.get("/metrics").text
+    for name in ("s2s_requests_total", "s2s_request_latency_seconds", "s2s_queue_wait_seconds",
+                 "s2s_time_to_first_token_seconds", "s2s_time_per_output_token_seconds", "s2s_input_tokens_total",
+                 "s2s_output_tokens_total", "s2s_running_sequences", "s2s_waiting_sequences", "s2s_batch_rows",
+                 "s2s_kv_cache_rows_used", "s2s_engine_step_seconds"):
+        assert name in text, name
+    assert 's2s_requests_total{route="/v1/translate",status="200"}' in text
+
+
+def test_timeout_frees_rows(checkpoint):
+    settings = Settings(request_timeout_s=0.02, max_new_tokens=200)
+    models = LocalModels(settings, [str(checkpoint)])
+    try:
+        with TestClient(create_app(models, settings)) as c:
+            error = error_of(c.post("/v1/translate", json={"text": ["hello"] * 4, "max_new_tokens": 200,
+                                                            "beam_size": 4}), 504)
+            assert error["limit"] == 0.02
+            service = models.services[models.default]
+            import time
+            deadline = time.monotonic() + 5
+            while service.loop.engine.rows_in_use and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert service.loop.engine.rows_in_use == 0
+    finally:
+        models.close()
