@@ -29,12 +29,14 @@ def _load_spm(path: Path) -> sentencepiece.SentencePieceProcessor:
 class MarianTokenizer:
     def __init__(self, source_spm: Path, target_spm: Path, vocab: dict[str, int],
                  target_vocab: dict[str, int] | None = None, source_lang: str | None = None,
+                 target_lang: str | None = None,
                  unk_token: str = "<unk>", eos_token: str = "</s>", pad_token: str = "<pad>",
                  normalize_punctuation: bool = False):
         if unk_token not in vocab:
             raise CheckpointError(f"vocab.json: missing the unknown token {unk_token!r}")
         self.spm_source, self.spm_target = _load_spm(source_spm), _load_spm(target_spm)
         self.vocab = vocab
+        self.source_lang, self.target_lang = source_lang, target_lang
         self.separate_vocabs = target_vocab is not None
         target = target_vocab if self.separate_vocabs else vocab
         self.id_to_piece = {i: piece for piece, i in target.items()}
@@ -63,6 +65,7 @@ class MarianTokenizer:
             model_dir / "source.spm", model_dir / "target.spm", read_json(model_dir / "vocab.json"),
             read_json(model_dir / "target_vocab.json") if separate else None,
             source_lang=tok_config.get("source_lang"),
+            target_lang=tok_config.get("target_lang"),
             unk_token=tok_config.get("unk_token", "<unk>"),
             eos_token=tok_config.get("eos_token", "</s>"),
             pad_token=tok_config.get("pad_token", "<pad>"),

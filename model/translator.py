@@ -26,6 +26,13 @@ def demo_model_dir() -> Path:
     return path
 
 
+def target_languages(tokenizer: MarianTokenizer) -> list[str]:
+    codes = [code[2:-2] for code in tokenizer.language_codes]
+    if codes:
+        return codes
+    return [tokenizer.target_lang] if tokenizer.target_lang else []
+
+
 @dataclass
 class Translation:
     text: str
@@ -54,14 +61,16 @@ class Translator:
 
     @property
     def target_languages(self) -> list[str]:
-        return [code[2:-2] for code in self.tokenizer.language_codes]
+        """Languages selectable by a >>xx<< code (multilingual models), else the one the model produces."""
+        return target_languages(self.tokenizer)
 
     def source_text(self, text: str, target_lang: str | None) -> str:
+        """The source line for `target_lang`: a >>xx<< code is prepended when the model has codes."""
         if target_lang is None:
             return text
         if target_lang not in self.target_languages:
             raise ValueError(f"target_lang {target_lang!r} is not one of: {', '.join(self.target_languages) or 'none'}")
-        return f">>{target_lang}<< {text}"
+        return f">>{target_lang}<< {text}" if self.tokenizer.language_codes else text
 
     def decode_params(self, beam_size: int | None = None, max_new_tokens: int | None = None,
                       length_penalty: float | None = None, n_best: int = 1, **overrides) -> DecodeParams:

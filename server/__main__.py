@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from .ray_main import add_ray_arguments
 from .settings import Settings
 
 
@@ -13,7 +14,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Setti
     p = argparse.ArgumentParser(prog="python -m server", description="Serve translation models over HTTP.")
     p.add_argument("--model", action="append", help="checkpoint directory (repeatable; default: the demo model)")
     p.add_argument("--no-ray", action="store_true", help="serve in this process with uvicorn, without Ray")
-    p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas")
+    p.add_argument("--replicas", type=int, default=1, help="Ray Serve model replicas")
+    add_ray_arguments(p)
     Settings.add_arguments(p)
     args = p.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__ and k != "model"}
@@ -25,8 +27,9 @@ def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:
 
     from .app import create_app
     from .local import LocalModels
+    from .registry import ModelRegistry
 
-    models = LocalModels(settings, args.model or [None])
+    models = LocalModels(settings, ModelRegistry.from_paths(args.model))
     app = create_app(models, settings)
     print(f"serving {', '.join(models.services)} at http://{settings.host}:{settings.port}", flush=True)
     try:
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_ray:
         serve_without_ray(args, settings)
         return 0
-    from .deployment import serve_with_ray
+    from .ray_main import serve_with_ray
 
     return serve_with_ray(args, settings)
 

@@ -25,11 +25,12 @@ log = logging.getLogger(__name__)
 class ModelProvider(Protocol):
     """Where the app finds models: in-process (server.local) or multiplexed by Ray Serve."""
 
-    async def get(self, name: str | None) -> ModelService: ...
+    async def get(self, name: str | None, source_lang: str | None = None,
+                  target_lang: str | None = None) -> ModelService: ...
 
     def cards(self) -> list[ModelCard]: ...
 
-    def health(self, stale_after_s: float) -> tuple[bool, str]: ...
+    async def health(self, stale_after_s: float) -> tuple[bool, str]: ...
 
     def metrics_text(self) -> bytes: ...
 
@@ -157,7 +158,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     @app.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True,
               dependencies=[Depends(authorize)])
     async def translate(body: TranslateRequest, request: Request):
-        service = await provider.get(body.model)
+        service = await provider.get(body.model, body.source_lang, body.target_lang)
         return await until_disconnect(request, service.translate(body))
 
     @app.post("/v1/generate", response_model=GenerateResponse, dependencies=[Depends(authorize)],
@@ -195,12 +196,12 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
-        ok, detail = provider.health(settings.health_stale_s)
+        ok, detail = await provider.health(settings.health_stale_s)
         return JSONResponse({"status": "ok" if ok else "unhealthy", "detail": detail}, status_code=200 if ok else 503)
 
     @app.get("/readyz")
     async def readyz():
-        ok, detail = provider.health(settings.ready_stale_s)
+        ok, detail = await provider.health(settings.ready_stale_s)
         return JSONResponse({"status": "ready" if ok else "not ready", "detail": detail},
                             status_code=200 if ok else 503)
 

@@ -1,23 +1,20 @@
-"""In-process models: load checkpoints once and serve them from this process (no Ray)."""
+"""In-process models (no Ray): every registered model is loaded once and served from this process."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 from prometheus_client import REGISTRY, generate_latest
 
-from model.translator import Translator, demo_model_dir
+from model.translator import Translator
 
-from .errors import UnknownModel
+from .registry import ModelEntry, ModelRegistry
 from .schemas import ModelCard
 from .service import ModelService
 from .settings import Settings
 
-DEMO_MODEL_NAME = "demo-numbers"
-
 
 def resolve_device(settings: Settings) -> tuple[str, str]:
+    """`auto`: the GPU when there is one, float16 there and float32 on the CPU."""
     device = settings.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -27,41 +24,34 @@ def resolve_device(settings: Settings) -> tuple[str, str]:
     return device, dtype
 
 
-def model_name(path: str | None) -> str:
-    return DEMO_MODEL_NAME if path is None else Path(path).resolve().name
-
-
-def load_service(path: str | None, settings: Settings) -> ModelService:
+def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     device, dtype = resolve_device(settings)
-    translator = Translator.from_pretrained(path or demo_model_dir(), device=device, dtype=dtype)
-    return ModelService(model_name(path), translator, settings)
+    return ModelService(entry.name, Translator.from_pretrained(entry.path, device=device, dtype=dtype), settings)
+
+
+def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
+    for service in services:
+        if not service.loop.alive:
+            return False, f"{service.name}: the engine loop has stopped"
+        if service.loop.seconds_since_progress() > stale_after_s:
+            return False, f"{service.name}: no engine progress for {service.loop.seconds_since_progress():.1f} s"
+    return True, f"{len(services)} model(s) loaded"
 
 
 class LocalModels:
-    def __init__(self, settings: Settings, paths: list[str | None]):
-        self.services: dict[str, ModelService] = {}
-        for path in paths or [None]:
-            service = load_service(path, settings)
-            self.services[service.name] = service
-        self.default = next(iter(self.services))
+    def __init__(self, settings: Settings, registry: ModelRegistry):
+        self.registry = registry
+        self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
-    async def get(self, name: str | None) -> ModelService:
-        service = self.services.get(name or self.default)
-        if service is None:
-            raise UnknownModel(f"model {name!r} is not served here; available: {', '.join(self.services)}",
-                               field="model", limit=list(self.services))
-        return service
+    async def get(self, name: str | None, source_lang: str | None = None,
+                  target_lang: str | None = None) -> ModelService:
+        return self.services[self.registry.resolve(name, source_lang, target_lang)]
 
     def cards(self) -> list[ModelCard]:
         return [s.card() for s in self.services.values()]
 
-    def health(self, stale_after_s: float) -> tuple[bool, str]:
-        for name, service in self.services.items():
-            if not service.loop.alive:
-                return False, f"{name}: the engine loop has stopped"
-            if service.loop.seconds_since_progress() > stale_after_s:
-                return False, f"{name}: no engine progress for {service.loop.seconds_since_progress():.1f} s"
-        return True, f"{len(self.services)} model(s) loaded"
+    async def health(self, stale_after_s: float) -> tuple[bool, str]:
+        return services_health(list(self.services.values()), stale_after_s)
 
     def metrics_text(self) -> bytes:
         return generate_latest(REGISTRY)

@@ -42,6 +42,14 @@ class Settings:
         return cls(**values)
 
     @classmethod
+    def coerce(cls, name: str, value):
+        """A value from a config file or the command line, as the field's type."""
+        field_ = next((f for f in fields(cls) if f.name == name), None)
+        if field_ is None:
+            raise ValueError(f"unknown setting {name!r}")
+        return _parse(field_, value) if isinstance(value, str) else value
+
+    @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         for f in fields(cls):
             if f.name in ("model", "api_keys"):

@@ -1,0 +1,202 @@
+"""Ray Serve: an ingress deployment running the same FastAPI app, in front of a multiplexed model deployment.
+
+    serve run server.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
+    python -m server                      # local Ray on 127.0.0.1 with the demo model (see server.ray_main)
+
+Ingress (FastAPI, light) → ModelServer replicas (engines). Requests carry the model id as Serve's multiplexed
+model id, so they reach a replica that has the model loaded (LRU, at most max_models_per_replica per replica);
+each model has its own engine, so batches never mix models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import AsyncIterator
+
+import torch
+import ray
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from ray import serve
+from ray.exceptions import RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle
+
+from .app import create_app
+from .errors import EngineFailed, QueueFull, ServerError
+from .local import load_service, resolve_device, services_health
+from .registry import ModelRegistry
+from .schemas import GenerateRequest, GenerateResponse, ModelCard, ModelLimits, TranslateRequest, TranslateResponse
+from .service import ModelService, StreamEvent
+from .settings import Settings
+
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class LoadedModel:
+    """A model held by Serve's multiplexer; Serve calls __del__ when it evicts the model."""
+
+    def __init__(self, service: ModelService, on_unload):
+        self.service, self.on_unload = service, on_unload
+
+    def __del__(self):
+        self.on_unload(self.service.name)
+        self.service.close()
+
+
+def model_server_class(max_models_per_replica: int):
+    @serve.deployment(name="ModelServer", max_ongoing_requests=256, health_check_period_s=5,
+                      health_check_timeout_s=10, ray_actor_options={"num_cpus": 1})
+    class ModelServer:
+        def __init__(self, settings: Settings, registry: ModelRegistry):
+            self.settings, self.registry = settings, registry
+            cpus = int(os.environ.get("OMP_NUM_THREADS") or 0) or None
+            if cpus and resolve_device(settings)[0] == "cpu":
+                torch.set_num_threads(cpus)
+            self.loaded: dict[str, ModelService] = {}
+
+        @serve.multiplexed(max_num_models_per_replica=max_models_per_replica)
+        async def load(self, model_id: str) -> LoadedModel:
+            entry = self.registry.entries[model_id]
+            service = await asyncio.get_running_loop().run_in_executor(None, load_service, entry, self.settings)
+            self.loaded[model_id] = service
+            return LoadedModel(service, lambda name: self.loaded.pop(name, None))
+
+        async def service(self) -> ModelService:
+            return (await self.load(serve.get_multiplexed_model_id())).service
+
+        async def translate(self, req: TranslateRequest) -> TranslateResponse:
+            return await (await self.service()).translate(req)
+
+        async def generate(self, req: GenerateRequest) -> GenerateResponse:
+            return await (await self.service()).generate(req)
+
+        async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
+            async for event in (await self.service()).generate_events(req):
+                yield event
+
+        def health(self, stale_after_s: float) -> tuple[bool, str]:
+            return services_health(list(self.loaded.values()), stale_after_s)
+
+        def check_health(self) -> None:
+            """Serve calls this periodically; a dead or stuck engine loop gets the replica replaced."""
+            ok, detail = self.health(self.settings.health_stale_s)
+            if not ok:
+                raise RuntimeError(detail)
+
+        def stop_engines(self) -> None:
+            """Stop every engine loop of this replica (its health check then fails and Serve replaces it)."""
+            for service in self.loaded.values():
+                service.loop.stop()
+
+        def describe(self) -> dict:
+            """Which replica and node this is, and the models it holds (most recently loaded last)."""
+            return {"replica": serve.get_replica_context().replica_id.unique_id,
+                    "node": ray.get_runtime_context().get_node_id(), "models": list(self.loaded)}
+
+    return ModelServer
+
+
+def unwrap(error: Exception) -> Exception:
+    """Errors from a model replica → the error an HTTP client should see."""
+    if isinstance(error, RayTaskError) and isinstance(error.cause, ServerError):
+        return error.cause
+    if isinstance(error, BackPressureError):
+        return QueueFull("all model replicas are at their queue limit; retry later")
+    if isinstance(error, RayActorError):
+        return EngineFailed("the replica serving this request died; retry")
+    return error
+
+
+class RemoteModel:
+    """The ModelService interface the app uses, forwarded to the ModelServer replica holding the model."""
+
+    def __init__(self, handle: DeploymentHandle, name: str):
+        self.name, self.handle = name, handle.options(multiplexed_model_id=name)
+
+    async def translate(self, req: TranslateRequest) -> TranslateResponse:
+        try:
+            return await self.handle.translate.remote(req)
+        except Exception as e:
+            raise unwrap(e) from None
+
+    async def generate(self, req: GenerateRequest) -> GenerateResponse:
+        try:
+            return await self.handle.generate.remote(req)
+        except Exception as e:
+            raise unwrap(e) from None
+
+    async def generate_events(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
+        stream = self.handle.options(stream=True).generate_stream.remote(req)
+        try:
+            async for event in stream:
+                yield event
+        except Exception as e:
+            raise unwrap(e) from None
+        finally:
+            stream.cancel()
+
+
+class RayModels:
+    """ModelProvider for the app inside the ingress replica."""
+
+    def __init__(self, handle: DeploymentHandle, registry: ModelRegistry, settings: Settings):
+        self.handle, self.registry, self.settings = handle, registry, settings
+
+    async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None):
+        return RemoteModel(self.handle, self.registry.resolve(name, source_lang, target_lang))
+
+    def cards(self) -> list[ModelCard]:
+        s = self.settings
+        limits = ModelLimits(max_texts=s.max_texts, max_input_tokens=s.max_input_tokens,
+                             max_new_tokens=s.max_new_tokens, max_beams=min(s.max_beams, s.max_batch_rows))
+        return [ModelCard(id=e.name, languages=list(e.target_langs), default_beam_size=e.default_beams,
+                          limits=limits) for e in self.registry.entries.values()]
+
+    async def health(self, stale_after_s: float) -> tuple[bool, str]:
+        try:
+            return await asyncio.wait_for(self.handle.health.remote(stale_after_s), timeout=5)
+        except Exception as e:  # no replica answered in time
+            return False, f"model replicas unavailable: {type(e).__name__}"
+
+    def metrics_text(self) -> bytes:
+        """One scrape for every replica process on this node (prometheus-client multiprocess mode)."""
+        if METRICS_DIR_ENV not in os.environ:
+            return generate_latest(REGISTRY)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=os.environ[METRICS_DIR_ENV])
+        return generate_latest(registry)
+
+
+@serve.deployment(name="Ingress", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+@serve.ingress()
+class Ingress:
+    def __init__(self, model_server: DeploymentHandle, registry: ModelRegistry, settings: Settings):
+        self.provider = RayModels(model_server, registry, settings)
+        self.settings = settings
+
+    def __serve_build_asgi_app__(self):
+        return create_app(self.provider, self.settings)
+
+
+def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: int = 4, replicas: int = 1,
+          num_cpus: float = 1, num_gpus: float = 0):
+    """The application: Ingress → ModelServer, with replica counts and resources set here (or by a config)."""
+    model_server = model_server_class(max_models_per_replica).options(
+        num_replicas=replicas,
+        max_ongoing_requests=settings.max_batch_rows + settings.max_queued_requests,
+        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
+    )
+    return Ingress.bind(model_server.bind(settings, registry), registry, settings)
+
+
+def build_app(args: dict):
+    """`serve run server.deployment:build_app model=DIR[,DIR...] max_models_per_replica=N key=value...`;
+    other keys are Settings fields (max_batch_rows=32, device=cuda, ...). Replicas, autoscaling and resources
+    come from the Serve config's `deployments:` section (see deploy/serve_config.yaml)."""
+    args = dict(args)
+    paths = [p for p in str(args.pop("model", "") or "").split(",") if p]
+    max_models = int(args.pop("max_models_per_replica", 4))
+    num_gpus = 1 if torch.cuda.is_available() else 0
+    settings = Settings.from_env(**{k: Settings.coerce(k, v) for k, v in args.items()})
+    return build(settings, ModelRegistry.from_paths(paths), max_models, num_gpus=num_gpus)

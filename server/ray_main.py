@@ -1,0 +1,110 @@
+"""`python -m server`: start a local Ray instance on 127.0.0.1, run the Serve app, shut down cleanly.
+
+Joining an existing (multi-machine) cluster is deliberate: `--ray-address HOST:PORT` (never the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from .settings import Settings
+
+APP_NAME = "s2s"
+
+
+# Read by Ray at import, inherited by every process of a local instance: loopback only, and proxy checks
+# patient enough for a small busy machine (Serve restarts a proxy that is not ready within 5 s by default).
+LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
+
+
+def start_ray(address: str | None, metrics_dir: str) -> None:
+    """Must run before anything imports ray: Ray reads the loopback setting at import."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    os.environ.update(env)  # this process (the driver) too
+    if not address:
+        for key, value in LOCAL_RAY_ENV.items():
+            os.environ.setdefault(key, value)
+    import ray
+
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+    else:  # a fresh local instance, loopback only, no dashboard
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 runtime_env={"env_vars": env}, log_to_driver=False)
+
+
+def shutdown(timeout_s: float = 30) -> None:
+    """Serve first (bounded: it hangs if Ctrl-C already killed Ray's own processes), then Ray."""
+    import ray
+    from ray import serve
+
+    stopper = threading.Thread(target=serve.shutdown, daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    ray.shutdown()
+
+
+def gpus_available() -> bool:
+    import ray
+
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def wait_ready(url: str, timeout_s: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} was not ready after {timeout_s} s")
+
+
+def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
+    stop = threading.Event()
+    metrics_dir = tempfile.mkdtemp(prefix="s2s-metrics-")
+    started = time.monotonic()
+    try:
+        start_ray(args.ray_address, metrics_dir)
+        from ray import serve
+
+        from .deployment import build
+        from .registry import ModelRegistry
+
+        # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        serve.start(http_options={"host": settings.host, "port": settings.port})
+        gpu = gpus_available() and settings.device in ("auto", "cuda")
+        app = build(settings, ModelRegistry.from_paths(args.model), args.max_models_per_replica, args.replicas,
+                    num_cpus=args.replica_cpus, num_gpus=args.replica_gpus if gpu else 0)
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        url = f"http://{settings.host}:{settings.port}"
+        ready_after = wait_ready(url, 300)
+        print(f"serving at {url} (ready {time.monotonic() - started:.1f} s after start, "
+              f"{ready_after:.1f} s after deploy); Ctrl-C or SIGTERM stops", flush=True)
+        stop.wait()
+        return 0
+    finally:
+        print("shutting down", flush=True)
+        shutdown()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    parser.add_argument("--max-models-per-replica", type=int, default=4)
+    parser.add_argument("--replica-cpus", type=float, default=1)
+    parser.add_argument("--replica-gpus", type=float, default=1, help="GPUs per replica when the machine has any")
