@@ -180,11 +180,16 @@ class Ingress:
 
 
 def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: int = 4, replicas: int = 1,
-          num_cpus: float = 1, num_gpus: float = 0):
-    """The application: Ingress → ModelServer, with replica counts and resources set here (or by a config)."""
+          num_cpus: float = 1, num_gpus: float = 0, health_check_period_s: float = 5):
+    """The application: Ingress → ModelServer, with replica counts and resources set here (or by a config).
+
+    A replica takes as many requests as its engine can hold (batch rows + queue); beyond that Serve queues up
+    to max_queued_requests per caller, then answers BackPressureError (503 here)."""
     model_server = model_server_class(max_models_per_replica).options(
         num_replicas=replicas,
         max_ongoing_requests=settings.max_batch_rows + settings.max_queued_requests,
+        max_queued_requests=settings.max_queued_requests,
+        health_check_period_s=health_check_period_s,
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
     )
     return Ingress.bind(model_server.bind(settings, registry), registry, settings)

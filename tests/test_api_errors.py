@@ -5,6 +5,7 @@ from fastapi.testclient import TestClient
 
 from server.app import create_app
 from server.local import LocalModels
+from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8, max_body_bytes=30000,
@@ -13,7 +14,7 @@ SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_tex
 
 @pytest.fixture(scope="module")
 def client(checkpoint):
-    models = LocalModels(SETTINGS, [str(checkpoint)])
+    models = LocalModels(SETTINGS, ModelRegistry.from_paths([str(checkpoint)]))
     with TestClient(create_app(models, SETTINGS)) as c:
         yield c
     models.close()
@@ -122,13 +123,13 @@ def test_models_health_and_metrics(client):
 
 def test_timeout_frees_rows(checkpoint):
     settings = Settings(request_timeout_s=0.02, max_new_tokens=200)
-    models = LocalModels(settings, [str(checkpoint)])
+    models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     try:
         with TestClient(create_app(models, settings)) as c:
             error = error_of(c.post("/v1/translate", json={"text": ["hello"] * 4, "max_new_tokens": 200,
                                                             "beam_size": 4}), 504)
             assert error["limit"] == 0.02
-            service = models.services[models.default]
+            service = models.services[models.registry.default]
             import time
             deadline = time.monotonic() + 5
             while service.loop.engine.rows_in_use and time.monotonic() < deadline:

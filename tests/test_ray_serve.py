@@ -1,0 +1,122 @@
+"""Ray Serve, really started once per session on 127.0.0.1: replicas, multiplexing with LRU eviction,
+replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from server_process import free_port
+
+from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = Settings(max_batch_rows=16, max_queued_requests=64, max_new_tokens=64)
+
+
+@pytest.fixture(scope="session")
+def serve_url(tmp_path_factory):
+    import ray
+    from ray import serve
+
+    metrics_dir = tmp_path_factory.mktemp("metrics")
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=4,
+             runtime_env={"env_vars": {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}}, log_to_driver=False)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(checkpoints, tmp_path_factory):
+    """A directory of three checkpoints (a registry source): tiny-a, tiny-b, tiny-c."""
+    root = tmp_path_factory.mktemp("models")
+    for name, source in zip(("tiny-a", "tiny-b", "tiny-c"), checkpoints.values()):
+        (root / name).symlink_to(source)
+    return root
+
+
+def deploy(name: str, paths: list[str], **build_kwargs):
+    from ray import serve
+
+    from server.deployment import build
+    from server.registry import ModelRegistry
+
+    app = build(SETTINGS, ModelRegistry.from_paths(paths), **build_kwargs)
+    serve.run(app, name=name, route_prefix=f"/{name}")
+    return serve.get_deployment_handle("ModelServer", app_name=name)
+
+
+def translate(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/v1/translate", json=body, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def main_app(serve_url):
+    handle = deploy("main", [], replicas=2, max_models_per_replica=2)  # the embedded demo model
+    return f"{serve_url}/main", handle
+
+
+def test_two_replicas_both_serve(main_app):
+    url, handle = main_app
+    results = [translate(url, text=f"one hundred and {n}", target_lang="de") for n in ("one", "two", "three")]
+    assert all(r.status_code == 200 for r in results), results[0].text
+    replicas = set()
+    deadline = time.monotonic() + 60
+    while len(replicas) < 2 and time.monotonic() < deadline:
+        replicas.add(handle.describe.remote().result()["replica"])
+    assert len(replicas) == 2
+    models = httpx.get(f"{url}/v1/models").json()["models"]
+    assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
+
+
+def test_streaming_and_metrics_through_serve(main_app):
+    url, _ = main_app
+    with httpx.stream("POST", f"{url}/v1/generate", json={"text": ">>fr<< twelve", "stream": True},
+                      timeout=60) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]" and '"finish_reason"' in lines[-2]
+    text = httpx.get(f"{url}/metrics").text
+    assert "s2s_output_tokens_total" in text and "s2s_engine_step_seconds_count" in text
+    assert httpx.get(f"{url}/readyz").status_code == 200
+
+
+def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):
+    handle = deploy("lru", [str(tiny_models)], replicas=1, max_models_per_replica=2)
+    url = f"{serve_url}/lru"
+    for name in ("tiny-a", "tiny-b", "tiny-a", "tiny-c"):
+        response = translate(url, text="hello world", model=name, max_new_tokens=4)
+        assert response.status_code == 200 and response.json()["model"] == name
+    assert sorted(handle.describe.remote().result()["models"]) == ["tiny-a", "tiny-c"]  # tiny-b was the LRU
+    assert translate(url, text="hello", model="nope").status_code == 404
+
+
+def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
+    handle = deploy("fault", [str(tiny_models / "tiny-a")], replicas=1, health_check_period_s=1)
+    url = f"{serve_url}/fault"
+    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+    before = handle.describe.remote().result()["replica"]
+    handle.stop_engines.remote().result()
+    deadline = time.monotonic() + 120
+    replaced = None
+    while time.monotonic() < deadline:
+        try:
+            replaced = handle.describe.remote().result(timeout_s=10)["replica"]
+        except Exception:
+            replaced = None
+        if replaced not in (None, before):
+            break
+        time.sleep(1)
+    assert replaced not in (None, before)
+    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+
+
+def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes(tmp_path):
+    script = ROOT / "tests" / "two_node_cluster.py"
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "nodes with replicas: 2" in result.stdout

@@ -1,0 +1,45 @@
+"""A two-node Ray cluster on loopback (head + worker, one CPU each) running two model replicas.
+
+Run by tests/test_ray_serve.py in its own process (one Ray driver per process). Prints the nodes found.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+from server.ray_main import LOCAL_RAY_ENV  # noqa: E402
+from server_process import free_port  # noqa: E402
+
+os.environ.update(LOCAL_RAY_ENV)
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from server.deployment import build  # noqa: E402
+from server.registry import ModelRegistry  # noqa: E402
+from server.settings import Settings  # noqa: E402
+
+
+def main() -> None:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
+        app = build(Settings(max_batch_rows=8), ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
+        serve.run(app, name="two-nodes", route_prefix="/")
+        handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
+        nodes = {handle.describe.remote().result()["node"] for _ in range(40)}
+        print(f"nodes with replicas: {len(nodes)}", flush=True)
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
