@@ -1,0 +1,113 @@
+"""Continuous batching vs one request at a time vs request-level batching, on the engine loop.
+
+    python -m loadtests.bench_batching [--model DIR] [--clients 1,8,32,64] [--requests-per-client 6]
+
+N concurrent clients each send requests back to back (demo number words, mixed lengths and languages) to
+one engine loop; prints requests/s, output tokens/s and latency percentiles per mode as a markdown table.
+Modes: continuous (requests join and leave the running batch between decoder steps), one-at-a-time
+(a batch of one row) and request-level (a batch is admitted only when the previous one has finished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import random
+import statistics
+import time
+
+import torch
+from num2words import num2words
+
+from model.translator import Translator
+from server.engine import Engine
+from server.loop import EngineLoop
+from server.request import FinalOutput
+from server.scheduler import Plan, Scheduler
+
+LANGS = ("de", "fr", "es", "it")
+
+
+class RequestLevelScheduler(Scheduler):
+    """Baseline: admit a new batch only when the running one has completely finished."""
+
+    def schedule(self) -> Plan:
+        if self.running and not self.to_cancel:
+            return Plan()
+        return super().schedule()
+
+
+def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    texts = []
+    for i in range(count):
+        n = rng.choice([rng.randint(0, 99), rng.randint(100, 9_999), rng.randint(10_000, 999_999)])
+        texts.append(translator.source_text(num2words(n, lang="en"), LANGS[i % len(LANGS)]))
+    return [translator.tokenizer.encode(t) for t in texts]
+
+
+async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params) -> tuple[list[float], int]:
+    queue = list(sources)
+    latencies, tokens = [], 0
+
+    async def client():
+        nonlocal tokens
+        while queue:
+            ids = queue.pop()
+            start = time.perf_counter()
+            (request, outputs), = loop.submit([ids], params)
+            async for output in loop.outputs(request, outputs):
+                if isinstance(output, FinalOutput):
+                    tokens += len(output.hypotheses[0].token_ids)
+            latencies.append(time.perf_counter() - start)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, tokens
+
+
+def run_mode(translator: Translator, mode: str, clients: int, sources, params) -> dict:
+    rows = 1 if mode == "one-at-a-time" else max(clients * params.num_beams, params.num_beams)
+    scheduler_cls = RequestLevelScheduler if mode == "request-level" else Scheduler
+    engine = Engine(translator, rows, max_input_tokens=64, max_new_tokens=params.max_new_tokens)
+    loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_queued=10_000)).start()
+    try:
+        start = time.perf_counter()
+        latencies, tokens = asyncio.run(drive(loop, sources, clients, params))
+        elapsed = time.perf_counter() - start
+    finally:
+        loop.stop()
+    latencies.sort()
+
+    def pct(p):
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+
+    return {"mode": mode, "clients": clients, "req_s": len(latencies) / elapsed, "tok_s": tokens / elapsed,
+            "p50": statistics.median(latencies) * 1000, "p95": pct(0.95), "p99": pct(0.99)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m loadtests.bench_batching", description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
+    p.add_argument("--clients", default="1,8,32,64")
+    p.add_argument("--requests-per-client", type=int, default=6)
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--modes", default="continuous,request-level,one-at-a-time")
+    args = p.parse_args(argv)
+    translator = Translator.from_pretrained(args.model)
+    params = translator.decode_params(beam_size=args.beam_size, max_new_tokens=64)
+    translator.translate(["one"], target_lang="de")  # warm-up
+    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+          f"torch {torch.__version__}; model {translator.name}; beams {params.num_beams}\n")
+    print("| clients | mode | requests/s | output tokens/s | p50 ms | p95 ms | p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for clients in map(int, args.clients.split(",")):
+        sources = workload(translator, clients * args.requests_per_client, seed=clients)
+        for mode in args.modes.split(","):
+            r = run_mode(translator, mode, clients, sources, params)
+            print(f"| {clients} | {mode} | {r['req_s']:.1f} | {r['tok_s']:.0f} | {r['p50']:.0f} | {r['p95']:.0f} "
+                  f"| {r['p99']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

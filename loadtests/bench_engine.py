@@ -1,0 +1,188 @@
+"""Decoding speed: our engine vs transformers `generate` vs CTranslate2 on the same opus-mt-en-de-shaped model.
+
+    pip install -e ".[bench]"
+    python -m loadtests.bench_engine [--batches 1,8,32] [--beams 1,4] [--out runs/bench]
+
+Builds a random checkpoint with the shape of opus-mt-en-de (vocab 58,101, d_model 512, 6+6 layers, 8 heads,
+FFN 2,048, swish, tied embeddings) in the Hugging Face Marian layout, converts it with CTranslate2's converter,
+and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated tokens per
+sequence (min = max new tokens, forced </s> off, <pad> banned), so every engine does the same work.
+Prints a markdown table of generated tokens/s and per-batch latency (median of timed runs after warm-ups),
+and whether greedy outputs agree with transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from model.batch_decoder import BatchDecoder
+from model.checkpoint import load_model
+from model.search import DecodeParams
+
+SOURCE_TOKENS, NEW_TOKENS = 24, 32
+OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                     decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                     activation_function="swish", scale_embedding=True, max_position_embeddings=512)
+
+
+def build_checkpoint(path: Path) -> Path:
+    """A random opus-mt-en-de-shaped Marian checkpoint with the tokenizer files CTranslate2 needs."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    if (path / "config.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = OPUS_MT_EN_DE["vocab_size"]
+    pad = vocab - 1
+    tokens = ["</s>", "<unk>"] + [f"▁w{i}" for i in range(vocab - 3)] + ["<pad>"]
+    (path / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    spm = _tiny_sentencepiece()
+    (path / "source.spm").write_bytes(spm)
+    (path / "target.spm").write_bytes(spm)
+    (path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    torch.manual_seed(0)
+    config = MarianConfig(**OPUS_MT_EN_DE, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
+                          forced_eos_token_id=0, init_std=0.1)
+    model = MarianMTModel(config)
+    model.generation_config = GenerationConfig(bad_words_ids=[[pad]], decoder_start_token_id=pad, eos_token_id=0,
+                                               pad_token_id=pad, max_length=512, num_beams=4)
+    model.save_pretrained(path)
+    return path
+
+
+def _tiny_sentencepiece() -> bytes:
+    import io
+
+    import sentencepiece
+
+    out = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(["a b c d e f g h"] * 20), model_writer=out,
+                                             vocab_size=12, minloglevel=2, hard_vocab_limit=False)
+    return out.getvalue()
+
+
+def workload(batch: int, vocab: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(batch)
+    src = torch.randint(2, vocab - 1, (batch, SOURCE_TOKENS), generator=g)
+    src[:, -1] = 0  # </s>
+    return src
+
+
+def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+class OursEngine:
+    name = "ours float32"
+
+    def __init__(self, path: Path, quantize: bool = False):
+        self.model, _ = load_model(path)
+        if quantize:
+            from model.quantize import quantize_int8
+            self.model = quantize_int8(self.model)
+            self.name = "ours int8"
+        self.pad = self.model.config.pad_token_id
+
+    def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
+        params = DecodeParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=beams,
+                              bad_words_ids=((self.pad,),))
+        decoder = BatchDecoder(self.model, capacity=src.shape[0] * beams, max_source_len=SOURCE_TOKENS,
+                               max_target_len=NEW_TOKENS + 1)
+        decoder.admit([(i, row.tolist(), params) for i, row in enumerate(src)])
+        results = {}
+        while decoder.searches:
+            for event in decoder.step():
+                if event.results:
+                    results[event.key] = event.results[0].token_ids
+        return [results[i] for i in range(src.shape[0])]
+
+
+class TransformersEngine:
+    name = "transformers float32"
+
+    def __init__(self, path: Path):
+        from transformers import MarianMTModel
+
+        self.model = MarianMTModel.from_pretrained(path, dtype=torch.float32).eval()
+        self.model.generation_config.forced_eos_token_id = None
+        self.pad = self.model.config.pad_token_id
+
+    @torch.inference_mode()
+    def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
+        out = self.model.generate(input_ids=src, attention_mask=torch.ones_like(src), num_beams=beams,
+                                  min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS, bad_words_ids=[[self.pad]],
+                                  do_sample=False)
+        return [row[1:].tolist() for row in out]
+
+
+class CTranslate2Engine:
+    def __init__(self, path: Path, quantization: str):
+        import ctranslate2
+
+        converted = path.parent / f"{path.name}-ct2-{quantization}"
+        if not (converted / "model.bin").exists():
+            ctranslate2.converters.TransformersConverter(str(path)).convert(str(converted), quantization=quantization,
+                                                                           force=True)
+        self.translator = ctranslate2.Translator(str(converted), device="cpu", inter_threads=1,
+                                                 intra_threads=torch.get_num_threads())
+        vocab = json.loads((path / "vocab.json").read_text())
+        self.id_to_token = {i: t for t, i in vocab.items()}
+        self.token_to_id = vocab
+        self.name = f"CTranslate2 {quantization}"
+
+    def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
+        batch = [[self.id_to_token[i] for i in row.tolist()] for row in src]
+        results = self.translator.translate_batch(batch, beam_size=beams, min_decoding_length=NEW_TOKENS,
+                                                  max_decoding_length=NEW_TOKENS, max_batch_size=0)
+        return [[self.token_to_id[t] for t in r.hypotheses[0]] for r in results]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m loadtests.bench_engine", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/bench", help="where the checkpoint and conversions are kept")
+    p.add_argument("--batches", default="1,8,32")
+    p.add_argument("--beams", default="1,4")
+    p.add_argument("--engines", default="ours,ours-int8,transformers,ct2-float32,ct2-int8")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--runs", type=int, default=5)
+    args = p.parse_args(argv)
+    path = build_checkpoint(Path(args.out) / "opus-mt-en-de-shape")
+    factories = {"ours": lambda: OursEngine(path), "ours-int8": lambda: OursEngine(path, quantize=True),
+                 "transformers": lambda: TransformersEngine(path),
+                 "ct2-float32": lambda: CTranslate2Engine(path, "float32"),
+                 "ct2-int8": lambda: CTranslate2Engine(path, "int8")}
+    engines = [factories[name]() for name in args.engines.split(",")]
+    print(f"machine: {platform.machine()} {platform.processor()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
+    print("| engine | beams | batch | tokens/s | ms per batch | greedy agrees with transformers |")
+    print("|---|---|---|---|---|---|")
+    for beams in map(int, args.beams.split(",")):
+        for batch in map(int, args.batches.split(",")):
+            src = workload(batch, OPUS_MT_EN_DE["vocab_size"])
+            reference = None
+            for engine in sorted(engines, key=lambda e: not isinstance(e, TransformersEngine)):
+                seconds, outputs = timed(lambda: engine.run(src, beams), args.warmup, args.runs)
+                if isinstance(engine, TransformersEngine):
+                    reference = outputs
+                agree = "" if reference is None or beams > 1 else \
+                    f"{sum(a == b for a, b in zip(outputs, reference))}/{batch}"
+                print(f"| {engine.name} | {beams} | {batch} | {batch * NEW_TOKENS / seconds:,.0f} | "
+                      f"{seconds * 1000:,.0f} | {agree} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
