@@ -33,7 +33,9 @@ def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:
     app = create_app(models, settings)
     print(f"serving {', '.join(models.services)} at http://{settings.host}:{settings.port}", flush=True)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        # On SIGTERM/Ctrl-C uvicorn stops accepting connections and lets in-flight requests finish.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                    timeout_graceful_shutdown=settings.drain_timeout_s)
     finally:
         models.close()
 

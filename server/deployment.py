@@ -91,7 +91,7 @@ def model_server_class(max_models_per_replica: int):
 
         def describe(self) -> dict:
             """Which replica and node this is, and the models it holds (most recently loaded last)."""
-            return {"replica": serve.get_replica_context().replica_id.unique_id,
+            return {"replica": serve.get_replica_context().replica_id.unique_id, "pid": os.getpid(),
                     "node": ray.get_runtime_context().get_node_id(), "models": list(self.loaded)}
 
     return ModelServer

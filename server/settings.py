@@ -25,6 +25,7 @@ class Settings:
     request_timeout_s: float = 60.0
     ready_stale_s: float = 5.0  # /readyz fails when the engine loop made no progress for this long
     health_stale_s: float = 30.0  # /healthz fails when the engine loop is dead or stuck this long
+    drain_timeout_s: float = 30.0  # on SIGTERM: stop accepting, let in-flight requests finish this long
     api_keys: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod

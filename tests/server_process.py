@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
 
 
 @contextlib.contextmanager
@@ -42,7 +49,7 @@ def running_server(*args: str, timeout: float = 60.0):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server not ready after {timeout} s")
             time.sleep(0.2)
-        yield url
+        yield Server(url, proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -1,8 +1,11 @@
 """Ray Serve, really started once per session on 127.0.0.1: replicas, multiplexing with LRU eviction,
 replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback."""
 
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,6 +115,44 @@ def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
             break
         time.sleep(1)
     assert replaced not in (None, before)
+    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+
+
+def test_replica_crash_under_load_fails_fast_and_recovers(serve_url, tiny_models):
+    handle = deploy("crash", [str(tiny_models / "tiny-a")], replicas=2, health_check_period_s=1)
+    url = f"{serve_url}/crash"
+    pids = set()
+    while len(pids) < 2:
+        pids.add(handle.describe.remote().result()["pid"])
+    outcomes, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            start = time.monotonic()
+            try:
+                r = translate(url, text=["hello world"] * 4, max_new_tokens=60)
+                outcomes.append((r.status_code, time.monotonic() - start, r.text))
+            except httpx.HTTPError as e:
+                outcomes.append((0, time.monotonic() - start, repr(e)))
+
+    workers = [threading.Thread(target=client) for _ in range(6)]
+    for w in workers:
+        w.start()
+    time.sleep(3)
+    killed = next(iter(pids))
+    os.kill(killed, signal.SIGKILL)
+    time.sleep(6)
+    stop.set()
+    for w in workers:
+        w.join(60)
+    failures = [o for o in outcomes if o[0] != 200]
+    print(f"{len(outcomes)} requests under load, {len(failures)} failed when a replica was killed")
+    assert all(status == 503 and "replica" in text for status, _, text in failures), failures[:3]
+    assert all(elapsed < SETTINGS.request_timeout_s for _, elapsed, _ in outcomes)
+    deadline, alive = time.monotonic() + 120, set()
+    while time.monotonic() < deadline and not (len(alive) == 2 and killed not in alive):
+        alive = {handle.describe.remote().result(timeout_s=30)["pid"] for _ in range(10)}  # a replacement starts
+    assert len(alive) == 2 and killed not in alive
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 

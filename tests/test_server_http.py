@@ -17,16 +17,16 @@ LANGS = ["de", "fr", "es", "it"]
 
 @pytest.fixture(scope="module")
 def demo_server():
-    with running_server("--no-ray", "--max-batch-rows", "64") as url:
-        yield url
+    with running_server("--no-ray", "--max-batch-rows", "64") as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")
 def tiny_server(checkpoint):
     # A random tiny model rarely says </s>: outputs run to max_new_tokens, so lengths are under control.
     with running_server("--no-ray", "--model", str(checkpoint), "--max-batch-rows", "8",
-                        "--max-queued-requests", "6") as url:
-        yield url
+                        "--max-queued-requests", "6") as server:
+        yield server.url
 
 
 def metric(url: str, name: str) -> float:

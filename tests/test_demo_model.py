@@ -1,0 +1,46 @@
+"""The embedded demo model: transformers loads it and agrees with us; accuracy guards the engine; the CLI
+uses it when no model is given."""
+
+import subprocess
+import sys
+
+import torch
+from num2words import num2words
+from transformers import MarianMTModel
+from transformers import MarianTokenizer as HFTokenizer
+
+from model import Translator
+from model.demo.data import LANGUAGES, held_out_numbers, target_text
+from model.translator import demo_model_dir
+
+
+def test_transformers_loads_the_checkpoint_and_agrees_on_20_numbers():
+    path = demo_model_dir()
+    hf_model = MarianMTModel.from_pretrained(path, dtype=torch.float32).eval()
+    hf_tok = HFTokenizer.from_pretrained(path)
+    numbers = held_out_numbers(20, seed=7)
+    sources = [f">>{LANGUAGES[i % 4]}<< {num2words(n, lang='en')}" for i, n in enumerate(numbers)]
+    batch = hf_tok(sources, return_tensors="pt", padding=True)
+    translator = Translator.from_pretrained()
+    for beams in (1, 4):
+        with torch.no_grad():
+            expected = hf_tok.batch_decode(hf_model.generate(**batch, num_beams=beams, max_new_tokens=64),
+                                           skip_special_tokens=True)
+        assert [t.text for t in translator.translate(sources, beam_size=beams, max_new_tokens=64)] == expected
+
+
+def test_accuracy_on_held_out_numbers():
+    translator = Translator.from_pretrained()
+    numbers = held_out_numbers(60, seed=11)
+    for lang in LANGUAGES:
+        outputs = translator.translate([num2words(n, lang="en") for n in numbers], target_lang=lang)
+        correct = sum(o.text == target_text(n, lang) for o, n in zip(outputs, numbers))
+        assert correct >= 57, (lang, correct)  # the full evaluation measures 99-100 %
+
+
+def test_cli_defaults_to_the_demo_model():
+    result = subprocess.run([sys.executable, "-m", "model.translate", "--target-lang", "de"],
+                            input="one hundred and twenty-three\n\nforty-two\n", capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n") == ["einhundertdreiundzwanzig", "", "zweiundvierzig", ""]

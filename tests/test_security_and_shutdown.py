@@ -1,0 +1,70 @@
+"""API keys on /v1 routes, keys never logged, and graceful shutdown that drains in-flight requests."""
+
+import logging
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from server_process import running_server
+
+from server.app import create_app
+from server.local import LocalModels
+from server.registry import ModelRegistry
+from server.settings import Settings
+
+KEY = "sk-test-5f1c9d"
+
+
+@pytest.fixture(scope="module")
+def client(checkpoint):
+    settings = Settings(api_keys=(KEY,), max_new_tokens=20)
+    models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
+    with TestClient(create_app(models, settings)) as c:
+        yield c
+    models.close()
+
+
+def test_v1_routes_need_a_valid_key(client):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        r = client.post("/v1/translate", json={"text": "hello"}, headers=headers)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["error"]["field"] == "authorization"
+    assert client.get("/v1/models").status_code == 401
+    ok = client.post("/v1/translate", json={"text": "hello"}, headers={"Authorization": f"Bearer {KEY}"})
+    assert ok.status_code == 200
+
+
+def test_health_routes_stay_open(client):
+    for route in ("/healthz", "/readyz", "/metrics"):
+        assert client.get(route).status_code == 200
+
+
+def test_keys_are_never_logged(client, caplog):
+    with caplog.at_level(logging.DEBUG):
+        client.post("/v1/translate", json={"text": "hello"}, headers={"Authorization": f"Bearer {KEY}"})
+        client.post("/v1/translate", json={"text": "hello"}, headers={"Authorization": "Bearer leaked-guess"})
+    assert KEY not in caplog.text and "leaked-guess" not in caplog.text
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
+    with running_server("--no-ray", "--model", str(checkpoint), "--max-batch-rows", "4") as server:
+        result = {}
+
+        def long_request():
+            body = {"text": ["hello world"] * 8, "beam_size": 4, "max_new_tokens": 250}
+            result["response"] = httpx.post(f"{server.url}/v1/translate", json=body, timeout=120)
+
+        worker = threading.Thread(target=long_request)
+        worker.start()
+        time.sleep(0.5)  # the request is being decoded
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(httpx.HTTPError):  # no longer admitting
+            httpx.post(f"{server.url}/v1/translate", json={"text": "late"}, timeout=5)
+        worker.join(120)
+        assert result["response"].status_code == 200
+        assert len(result["response"].json()["translations"]) == 8
+        assert server.proc.wait(30) == 0
