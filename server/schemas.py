@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, model_validator
 
 # Static upper bounds for the schema; the configured (possibly lower) limits are checked in app.py.
 MAX_TEXTS = 64
@@ -15,10 +15,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT_CHARS}
+# Validated as a list (a bare string is wrapped first); documented as what clients may send.
+Texts = Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]], Field(min_length=1, max_length=MAX_TEXTS),
+                  WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
+                                                           "maxItems": MAX_TEXTS}],
+                                  "description": f"one text, or a list of 1..{MAX_TEXTS} texts",
+                                  "examples": ["one hundred and twenty-three"]})]
+
+
 class TranslateRequest(Strict):
-    text: list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] = Field(
-        min_length=1, max_length=MAX_TEXTS, description=f"one text, or a list of 1..{MAX_TEXTS} texts",
-        examples=["one hundred and twenty-three"], json_schema_extra={"anyOf": [{"type": "string"}]})
+    text: Texts
     _single: bool = PrivateAttr(False)
     source_lang: str | None = Field(None, max_length=16)
     target_lang: str | None = Field(None, max_length=16, examples=["de"])

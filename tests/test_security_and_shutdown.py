@@ -67,4 +67,4 @@ def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
         worker.join(120)
         assert result["response"].status_code == 200
         assert len(result["response"].json()["translations"]) == 8
-        assert server.proc.wait(30) == 0
+        assert server.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after draining

@@ -111,7 +111,7 @@ def test_overload_gets_503_with_retry_after_and_accepted_requests_complete(tiny_
     statuses = [r.status_code for r in responses]
     assert set(statuses) <= {200, 503}
     rejected = [r for r in responses if r.status_code == 503]
-    assert rejected and statuses.count(200) >= 8
+    assert rejected and statuses.count(200) >= 6  # at least the queue's capacity is accepted
     assert all(r.headers["retry-after"] == "1" and r.json()["error"]["code"] == "queue_full" for r in rejected)
     assert all(r.json()["finish_reason"] in ("eos", "length") for r in responses if r.status_code == 200)
     assert time.monotonic() - start < 60
