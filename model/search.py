@@ -49,6 +49,14 @@ class Hypothesis:
     finish_reason: str  # "eos" or "length"
 
 
+def finish_reason(tokens: list[int], params: DecodeParams, eos_id: int) -> str:
+    """"length" when the limit was reached — also when </s> was only forced there (Marian's default)."""
+    at_limit = len(tokens) >= params.max_new_tokens
+    if tokens and tokens[-1] == eos_id and not (at_limit and params.forced_eos_token_id is not None):
+        return "eos"
+    return "length"
+
+
 class Search:
     """State shared by all strategies. cur_len counts the decoder start token, as in transformers."""
 
@@ -112,8 +120,8 @@ class SingleSearch(Search):
 
     def results(self) -> list[Hypothesis]:
         tokens = self.sequences[0]
-        reason = "eos" if tokens and tokens[-1] == self.eos_id else "length"
-        return [Hypothesis(tokens, self.logprob / max(len(tokens), 1) ** self.params.length_penalty, reason)]
+        score = self.logprob / max(len(tokens), 1) ** self.params.length_penalty
+        return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))]
 
 
 class BeamSearch(Search):
@@ -182,7 +190,7 @@ class BeamSearch(Search):
     def results(self) -> list[Hypothesis]:
         out = []
         for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores.tolist()):
-            out.append(Hypothesis(seq, score, "eos" if seq and seq[-1] == self.eos_id else "length"))
+            out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
         return out
 
 

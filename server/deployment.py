@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from typing import AsyncIterator
 
 import torch
@@ -49,6 +50,8 @@ def model_server_class(max_models_per_replica: int):
                       health_check_timeout_s=10, ray_actor_options={"num_cpus": 1})
     class ModelServer:
         def __init__(self, settings: Settings, registry: ModelRegistry):
+            if settings.device == "auto":  # a GPU only if Ray assigned this replica one (it no longer hides them)
+                settings = replace(settings, device="cuda" if ray.get_gpu_ids() else "cpu")
             self.settings, self.registry = settings, registry
             cpus = int(os.environ.get("OMP_NUM_THREADS") or 0) or None
             if cpus and resolve_device(settings)[0] == "cpu":

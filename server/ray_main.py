@@ -26,20 +26,37 @@ LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READ
                  "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
 
 
+def keep_replica_grpc_on_loopback() -> None:
+    """Ray worker setup hook for local instances: Serve 2.60 binds each replica's inter-deployment gRPC server
+    to "[::]:0" (all interfaces) with no setting to change it; bind it to 127.0.0.1 instead."""
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
+        return
+    from ray.serve._private import replica
+
+    bind = replica.add_port_to_grpc_server
+    replica.add_port_to_grpc_server = lambda server, address: bind(server, address.replace("[::]", "127.0.0.1"))
+
+
+def local_runtime_env(metrics_dir: str) -> dict:
+    """The runtime_env of every Ray process this project starts locally."""
+    return {"env_vars": {"PROMETHEUS_MULTIPROC_DIR": metrics_dir},
+            "worker_process_setup_hook": "server.ray_main.keep_replica_grpc_on_loopback"}
+
+
 def start_ray(address: str | None, metrics_dir: str) -> None:
     """Must run before anything imports ray: Ray reads the loopback setting at import."""
-    env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
-    os.environ.update(env)  # this process (the driver) too
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # this process (the driver) too
     if not address:
         for key, value in LOCAL_RAY_ENV.items():
             os.environ.setdefault(key, value)
     import ray
 
     if address:
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+        ray.init(address=address, runtime_env={"env_vars": {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}},
+                 log_to_driver=False)
     else:  # a fresh local instance, loopback only, no dashboard
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 runtime_env={"env_vars": env}, log_to_driver=False)
+                 runtime_env=local_runtime_env(metrics_dir), log_to_driver=False)
 
 
 def shutdown(timeout_s: float = 30) -> None:

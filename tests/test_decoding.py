@@ -103,5 +103,6 @@ def test_min_new_tokens_and_max_new_tokens(translator):
         assert 5 <= len(t.token_ids) <= 7
         if len(t.token_ids) == 7:
             assert t.token_ids[-1] == translator.tokenizer.eos_id  # forced </s> at the limit, as transformers
+            assert t.finish_reason == "length"
     pad = translator.tokenizer.pad_id
     assert all(pad not in t.token_ids for t in translator.translate(SENTENCES, beam_size=3, max_new_tokens=20))

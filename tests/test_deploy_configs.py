@@ -177,7 +177,7 @@ def test_rayservice_manifest():
     assert (manifest["apiVersion"], manifest["kind"]) == ("ray.io/v1", "RayService")
     cluster = manifest["spec"]["rayClusterConfig"]
     assert cluster["enableInTreeAutoscaling"] is True
-    assert ray.__version__ == cluster["rayVersion"], "rayVersion should match the Ray the project is tested with"
+    assert cluster["authOptions"]["mode"] == "token"  # one token for every node (Ray 2.60 enforces tokens)
 
     def gpus(group: dict) -> int:
         return sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))

@@ -1,6 +1,7 @@
 """Ray Serve, really started once per session on 127.0.0.1: replicas, multiplexing with LRU eviction,
 replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from server_process import free_port
 
+from server.ray_main import local_runtime_env
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,8 +27,8 @@ def serve_url(tmp_path_factory):
     from ray import serve
 
     metrics_dir = tmp_path_factory.mktemp("metrics")
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=4,
-             runtime_env={"env_vars": {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}}, log_to_driver=False)
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=6,
+             runtime_env=local_runtime_env(str(metrics_dir)), log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
@@ -43,7 +45,9 @@ def tiny_models(checkpoints, tmp_path_factory):
     return root
 
 
-def deploy(name: str, paths: list[str], **build_kwargs):
+@contextlib.contextmanager
+def deployed(name: str, paths: list[str], **build_kwargs):
+    """A Serve application at /name for one test; deleted afterwards so its replicas free their CPUs."""
     from ray import serve
 
     from server.deployment import build
@@ -51,17 +55,20 @@ def deploy(name: str, paths: list[str], **build_kwargs):
 
     app = build(SETTINGS, ModelRegistry.from_paths(paths), **build_kwargs)
     serve.run(app, name=name, route_prefix=f"/{name}")
-    return serve.get_deployment_handle("ModelServer", app_name=name)
+    try:
+        yield serve.get_deployment_handle("ModelServer", app_name=name)
+    finally:
+        serve.delete(name)
 
 
 def translate(url: str, **body) -> httpx.Response:
     return httpx.post(f"{url}/v1/translate", json=body, timeout=120)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def main_app(serve_url):
-    handle = deploy("main", [], replicas=2, max_models_per_replica=2)  # the embedded demo model
-    return f"{serve_url}/main", handle
+    with deployed("main", [], replicas=2, max_models_per_replica=2) as handle:  # the embedded demo model
+        yield f"{serve_url}/main", handle
 
 
 def test_two_replicas_both_serve(main_app):
@@ -89,8 +96,11 @@ def test_streaming_and_metrics_through_serve(main_app):
 
 
 def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):
-    handle = deploy("lru", [str(tiny_models)], replicas=1, max_models_per_replica=2)
-    url = f"{serve_url}/lru"
+    with deployed("lru", [str(tiny_models)], replicas=1, max_models_per_replica=2) as handle:
+        check_lru(f"{serve_url}/lru", handle)
+
+
+def check_lru(url, handle):
     for name in ("tiny-a", "tiny-b", "tiny-a", "tiny-c"):
         response = translate(url, text="hello world", model=name, max_new_tokens=4)
         assert response.status_code == 200 and response.json()["model"] == name
@@ -99,8 +109,11 @@ def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, ti
 
 
 def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
-    handle = deploy("fault", [str(tiny_models / "tiny-a")], replicas=1, health_check_period_s=1)
-    url = f"{serve_url}/fault"
+    with deployed("fault", [str(tiny_models / "tiny-a")], replicas=1, health_check_period_s=1) as handle:
+        check_replacement(f"{serve_url}/fault", handle)
+
+
+def check_replacement(url, handle):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
     before = handle.describe.remote().result()["replica"]
     handle.stop_engines.remote().result()
@@ -119,8 +132,11 @@ def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
 
 
 def test_replica_crash_under_load_fails_fast_and_recovers(serve_url, tiny_models):
-    handle = deploy("crash", [str(tiny_models / "tiny-a")], replicas=2, health_check_period_s=1)
-    url = f"{serve_url}/crash"
+    with deployed("crash", [str(tiny_models / "tiny-a")], replicas=2, health_check_period_s=1) as handle:
+        check_crash_recovery(f"{serve_url}/crash", handle)
+
+
+def check_crash_recovery(url, handle):
     pids = set()
     while len(pids) < 2:
         pids.add(handle.describe.remote().result()["pid"])

@@ -5,10 +5,11 @@ Run by tests/test_ray_serve.py in its own process (one Ray driver per process). 
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from server.ray_main import LOCAL_RAY_ENV  # noqa: E402
+from server.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
 from server_process import free_port  # noqa: E402
 
 os.environ.update(LOCAL_RAY_ENV)
@@ -27,7 +28,7 @@ def main() -> None:
                                                             "include_dashboard": False})
     cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     try:
-        ray.init(address=cluster.address, log_to_driver=False)
+        ray.init(address=cluster.address, log_to_driver=False, runtime_env=local_runtime_env(tempfile.mkdtemp()))
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
         app = build(Settings(max_batch_rows=8), ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
