@@ -5,13 +5,16 @@
 N concurrent clients each send requests back to back (demo number words, mixed lengths and languages) to
 one engine loop; prints requests/s, output tokens/s and latency percentiles per mode as a markdown table.
 Modes: continuous (requests join and leave the running batch between decoder steps), one-at-a-time
-(a batch of one row) and request-level (a batch is admitted only when the previous one has finished).
+(a batch of one row) and request-level (like a batched `generate` call: a batch is admitted only when the
+previous one has finished, a finished sequence keeps its row busy until the whole batch is done, and every
+response of a batch returns when its last sequence is done).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import platform
 import random
 import statistics
@@ -20,6 +23,7 @@ import time
 import torch
 from num2words import num2words
 
+from model.search import DecodeParams
 from model.translator import Translator
 from server.engine import Engine
 from server.loop import EngineLoop
@@ -27,15 +31,61 @@ from server.request import FinalOutput
 from server.scheduler import Plan, Scheduler
 
 LANGS = ("de", "fr", "es", "it")
+FILLER_IDS = itertools.count()
 
 
 class RequestLevelScheduler(Scheduler):
-    """Baseline: admit a new batch only when the running one has completely finished."""
+    """Baseline: admit a new batch only when the running one has completely finished; tag its requests."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = 0
 
     def schedule(self) -> Plan:
         if self.running and not self.to_cancel:
             return Plan()
-        return super().schedule()
+        plan = super().schedule()
+        if plan.admit:
+            self.batches += 1
+            for request in plan.admit:
+                request.batch = (self.batches, len(plan.admit))
+        return plan
+
+
+class StaticBatchEngine(Engine):
+    """Request-level batching as a batched generate call runs it: the batch keeps its size until its last
+    sequence finishes; a finished sequence's row decodes a one-token filler in its place."""
+
+    def execute(self, plan: Plan):
+        if plan.admit:
+            self.batch_rows = sum(r.rows for r in plan.admit)
+        events = super().execute(plan)
+        searches = self.decoder.searches
+        fillers = [key for key in searches if isinstance(key, tuple)]
+        if len(fillers) == len(searches):
+            for key in fillers:
+                self.decoder.cancel(key)
+        elif self.decoder.live_rows < self.batch_rows:
+            filler = DecodeParams(max_new_tokens=self.max_new_tokens, min_new_tokens=self.max_new_tokens)
+            need = self.batch_rows - self.decoder.live_rows
+            self.decoder.admit([(("filler", next(FILLER_IDS)), [0], filler) for _ in range(need)])
+        return events
+
+
+class BatchBarrier:
+    """Holds each response of a request-level batch until the batch's last sequence has finished."""
+
+    def __init__(self):
+        self.finished: dict[int, int] = {}
+        self.done: dict[int, asyncio.Event] = {}
+
+    async def wait(self, request) -> None:
+        batch_id, size = request.batch
+        event = self.done.setdefault(batch_id, asyncio.Event())
+        self.finished[batch_id] = self.finished.get(batch_id, 0) + 1
+        if self.finished[batch_id] == size:
+            event.set()
+        await event.wait()
 
 
 def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
@@ -50,6 +100,7 @@ def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
 async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params) -> tuple[list[float], int]:
     queue = list(sources)
     latencies, tokens = [], 0
+    barrier = BatchBarrier() if isinstance(loop.scheduler, RequestLevelScheduler) else None
 
     async def client():
         nonlocal tokens
@@ -60,6 +111,8 @@ async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params
             async for output in loop.outputs(request, outputs):
                 if isinstance(output, FinalOutput):
                     tokens += len(output.hypotheses[0].token_ids)
+            if barrier:
+                await barrier.wait(request)
             latencies.append(time.perf_counter() - start)
 
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -68,8 +121,10 @@ async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params
 
 def run_mode(translator: Translator, mode: str, clients: int, sources, params) -> dict:
     rows = 1 if mode == "one-at-a-time" else max(clients * params.num_beams, params.num_beams)
-    scheduler_cls = RequestLevelScheduler if mode == "request-level" else Scheduler
-    engine = Engine(translator, rows, max_input_tokens=64, max_new_tokens=params.max_new_tokens)
+    static = mode == "request-level"
+    scheduler_cls = RequestLevelScheduler if static else Scheduler
+    engine = (StaticBatchEngine if static else Engine)(translator, rows, max_input_tokens=64,
+                                                      max_new_tokens=params.max_new_tokens)
     loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_queued=10_000)).start()
     try:
         start = time.perf_counter()
@@ -90,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtests.bench_batching", description=__doc__.splitlines()[0])
     p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
     p.add_argument("--clients", default="1,8,32,64")
-    p.add_argument("--requests-per-client", type=int, default=6)
+    p.add_argument("--requests-per-client", type=int, default=16)
     p.add_argument("--beam-size", type=int, default=1)
     p.add_argument("--modes", default="continuous,request-level,one-at-a-time")
     args = p.parse_args(argv)

@@ -55,6 +55,9 @@ class BatchDecoder:
     def admit(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> None:
         """Encode new requests together (one padded encoder pass) and give each its cache rows."""
         need = sum(params.num_beams for _, _, params in entries)
+        keys = [key for key, _, _ in entries]
+        if len(set(keys)) < len(keys) or any(key in self.searches for key in keys):
+            raise ValueError("admit needs keys that are not already decoding")
         if need > self.free_rows:
             raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
         cfg, device = self.model.config, self.model.device

@@ -89,6 +89,17 @@ def test_cancel_frees_rows_and_spares_the_others(translator):
     assert decoder.live_rows == 0 and decoder.free_rows == 8
 
 
+def test_admit_rejects_a_key_already_decoding(translator):
+    decoder = BatchDecoder(translator.model, capacity=4, max_source_len=32, max_target_len=8)
+    params = DecodeParams(max_new_tokens=5)
+    decoder.admit([("a", [5, 0], params)])
+    with pytest.raises(ValueError):
+        decoder.admit([("a", [6, 0], params)])
+    with pytest.raises(ValueError):
+        decoder.admit([("b", [6, 0], params), ("b", [7, 0], params)])
+    assert decoder.live_rows == 1
+
+
 def test_sampling_is_reproducible_per_seed(translator):
     def sample(seed, **kw):
         return translator.translate(SENTENCES[:3], max_new_tokens=20, do_sample=True, seed=seed, **kw)
