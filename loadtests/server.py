@@ -3,13 +3,14 @@
     with served(host="http://127.0.0.1:8011", server_args="--no-ray --model /tmp/tiny_ckpt", log=path):
         ...  # the server answers /readyz with 200 here
 
-Children run in their own process group (session), so stopping reaches whatever they spawned (Ray's workers,
-say): SIGTERM to the group, SIGKILL after a timeout, and the leader is reaped only after the group got its
-SIGKILL, so the group id can never belong to someone else's processes by then.
+The server runs in a session of its own. Stopping sends SIGTERM to the server alone (it shuts Serve and Ray
+down itself), then SIGKILL to what is left of its process group and session: Ray's workers sit in groups of
+their own inside that session. The leader is reaped only after that, so its ids cannot be reused meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -47,13 +48,27 @@ def wait_exited(process: subprocess.Popen, timeout_s: float) -> bool:
     return True
 
 
-def stop_group(process: subprocess.Popen, timeout_s: float = 30.0) -> int:
-    """SIGTERM the process group, SIGKILL it after `timeout_s` (and any stragglers either way); the exit code."""
+def stop_group(process: subprocess.Popen, timeout_s: float = 60.0) -> int:
+    """SIGTERM the server alone (it shuts Serve and Ray down itself), then after it exits or `timeout_s`
+    SIGKILL whatever is left of its process group and session (Ray puts workers in groups of their own)."""
     if process.returncode is None:
-        _signal_group(process, signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
         wait_exited(process, timeout_s)
         _signal_group(process, signal.SIGKILL)  # the leader is unreaped, so the group is still ours
+        for pid in _session_members(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     return process.wait()
+
+
+def _session_members(session_id: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != session_id:
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry)) == session_id:
+                    members.append(int(entry))
+    return members
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -123,8 +123,9 @@ class ModelService:
 
         tasks = [asyncio.ensure_future(final(r, q)) for r, q in submitted]
         try:
-            return await asyncio.wait_for(asyncio.gather(*tasks), self.settings.request_timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                return await asyncio.gather(*tasks)
+        except TimeoutError:
             raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
                                  limit=self.settings.request_timeout_s) from None
         finally:
