@@ -52,7 +52,8 @@ def stop_group(process: subprocess.Popen, timeout_s: float = 60.0) -> int:
     """SIGTERM the server alone (it shuts Serve and Ray down itself), then after it exits or `timeout_s`
     SIGKILL whatever is left of its process group and session (Ray puts workers in groups of their own)."""
     if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
+        if not exited(process):
+            os.kill(process.pid, signal.SIGTERM)  # not Popen.send_signal: it would reap the leader
         wait_exited(process, timeout_s)
         _signal_group(process, signal.SIGKILL)  # the leader is unreaped, so the group is still ours
         for pid in _session_members(process.pid):
