@@ -97,6 +97,8 @@ class Translator:
                    for i, t in enumerate(texts) if t.strip()}
         results: dict[int, Translation] = {i: Translation("", 0.0, [], "eos", []) for i in range(len(texts))
                                            if i not in sources}
+        if progress and results:
+            progress(len(results))  # blank lines are done already
         order = sorted(sources, key=lambda i: -len(sources[i]))
         longest = max((len(s) for s in sources.values()), default=1)
         positions = self.model.config.max_position_embeddings
