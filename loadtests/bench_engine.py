@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -24,7 +25,9 @@ import torch
 
 from model.batch_decoder import BatchDecoder
 from model.checkpoint import load_model
+from model.quantize import quantize_int8
 from model.search import DecodeParams
+from model.translator import DTYPES
 
 SOURCE_TOKENS, NEW_TOKENS = 24, 32
 OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
@@ -89,12 +92,11 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 class OursEngine:
     name = "ours float32"
 
-    def __init__(self, path: Path, quantize: bool = False):
-        self.model, _ = load_model(path)
-        if quantize:
-            from model.quantize import quantize_int8
+    def __init__(self, path: Path, dtype: str = "float32"):
+        self.model, _ = load_model(path, dtype=DTYPES["float32" if dtype == "int8" else dtype])
+        if dtype == "int8":
             self.model = quantize_int8(self.model)
-            self.name = "ours int8"
+        self.name = f"ours {dtype}"
         self.pad = self.model.config.pad_token_id
 
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
@@ -151,22 +153,29 @@ class CTranslate2Engine:
         return [[self.token_to_id[t] for t in r.hypotheses[0]] for r in results]
 
 
+def cpu_name() -> str:
+    with open("/proc/cpuinfo") as f:
+        name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    return f"{name or platform.machine()} ({os.cpu_count()} cores)"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtests.bench_engine", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/bench", help="where the checkpoint and conversions are kept")
     p.add_argument("--batches", default="1,8,32")
     p.add_argument("--beams", default="1,4")
-    p.add_argument("--engines", default="ours,ours-int8,transformers,ct2-float32,ct2-int8")
+    p.add_argument("--engines", default="ours,ours-bf16,ours-int8,transformers,ct2-float32,ct2-int8")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args(argv)
     path = build_checkpoint(Path(args.out) / "opus-mt-en-de-shape")
-    factories = {"ours": lambda: OursEngine(path), "ours-int8": lambda: OursEngine(path, quantize=True),
+    factories = {"ours": lambda: OursEngine(path), "ours-int8": lambda: OursEngine(path, "int8"),
+                 "ours-bf16": lambda: OursEngine(path, "bfloat16"),
                  "transformers": lambda: TransformersEngine(path),
                  "ct2-float32": lambda: CTranslate2Engine(path, "float32"),
                  "ct2-int8": lambda: CTranslate2Engine(path, "int8")}
     engines = [factories[name]() for name in args.engines.split(",")]
-    print(f"machine: {platform.machine()} {platform.processor()}, torch {torch.__version__}, "
+    print(f"machine: {cpu_name()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
     print("| engine | beams | batch | tokens/s | ms per batch | greedy agrees with transformers |")
     print("|---|---|---|---|---|---|")

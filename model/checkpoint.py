@@ -112,7 +112,10 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
     model.load_state_dict(loaded, strict=False)
     missing = {name for name, _ in model.named_parameters()} - set(loaded)  # tied parameters are listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
-    return model.to(device=device, dtype=dtype).eval(), generation
+    model = model.to(device=device, dtype=dtype).eval()
+    if model.device.type == "cpu" and dtype == torch.float32:
+        model.pretranspose_output()
+    return model, generation
 
 
 def save_model(model: Seq2SeqTransformer, model_dir: str | Path, dtype: torch.dtype = torch.float32) -> None:

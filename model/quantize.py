@@ -19,4 +19,6 @@ def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
         raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    quantized.output_t = None  # decode through the int8 output projection
+    return quantized
