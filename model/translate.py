@@ -11,7 +11,7 @@ import sys
 from tqdm import tqdm
 
 from .config import CheckpointError
-from .translator import DTYPES, Translator
+from .translator import CHOICES, Translator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,7 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("--dtype", default="float32", choices=CHOICES, help="int8: dynamic quantization, CPU only")
     p.add_argument("--normalize-punctuation", action="store_true",
                    help="apply Moses punctuation normalization before tokenizing (transformers does not)")
     p.add_argument("--input", help="source file (default: stdin)")

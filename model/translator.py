@@ -11,11 +11,13 @@ import torch
 from .batch_decoder import BatchDecoder
 from .checkpoint import load_model
 from .config import CheckpointError, GenerationDefaults
+from .quantize import quantize_int8
 from .search import DecodeParams
 from .tokenizer import MarianTokenizer
 from .transformer import Seq2SeqTransformer
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CHOICES = (*DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
 
 
 def demo_model_dir() -> Path:
@@ -53,9 +55,11 @@ class Translator:
         model_dir = Path(path) if path is not None else demo_model_dir()
         if not model_dir.is_dir():
             raise CheckpointError(f"{model_dir}: not a model directory")
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        model, generation = load_model(model_dir, device=device, dtype=DTYPES[dtype])
+        if dtype not in CHOICES:
+            raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
+        model, generation = load_model(model_dir, device=device, dtype=DTYPES.get(dtype, torch.float32))
+        if dtype == "int8":
+            model = quantize_int8(model)
         tokenizer = MarianTokenizer.from_pretrained(model_dir, normalize_punctuation=normalize_punctuation)
         return cls(model, tokenizer, generation, name=model_dir.name)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..translator import Translator
+from ..translator import CHOICES, Translator
 from .data import LANGUAGES, held_out_numbers, target_text
 
 
@@ -26,10 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m model.demo.evaluate", description=__doc__.splitlines()[0])
     p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
     p.add_argument("--numbers", type=int, default=1000)
+    p.add_argument("--dtype", default="float32", choices=CHOICES)
     p.add_argument("--beam-sizes", default="1,4")
     p.add_argument("--show-errors", type=int, default=3)
     args = p.parse_args(argv)
-    translator = Translator.from_pretrained(args.model)
+    translator = Translator.from_pretrained(args.model, dtype=args.dtype)
     numbers = held_out_numbers(args.numbers)
     print(f"{len(numbers)} held-out numbers per language, exact match (%)\n")
     print("| decoding | " + " | ".join(LANGUAGES) + " | seconds |")
