@@ -23,6 +23,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from . import metrics
 from .app import create_app
 from .errors import EngineFailed, QueueFull, ServerError
 from .local import load_service, resolve_device, services_health
@@ -53,6 +54,7 @@ def model_server_class(max_models_per_replica: int):
             if settings.device == "auto":  # a GPU only if Ray assigned this replica one (it no longer hides them)
                 settings = replace(settings, device="cuda" if ray.get_gpu_ids() else "cpu")
             self.settings, self.registry = settings, registry
+            metrics.enable_ray_export()
             cpus = int(os.environ.get("OMP_NUM_THREADS") or 0) or None
             if cpus and resolve_device(settings)[0] == "cpu":
                 torch.set_num_threads(cpus)
@@ -175,6 +177,7 @@ class RayModels:
 @serve.ingress()
 class Ingress:
     def __init__(self, model_server: DeploymentHandle, registry: ModelRegistry, settings: Settings):
+        metrics.enable_ray_export()
         self.provider = RayModels(model_server, registry, settings)
         self.settings = settings
 

@@ -1,4 +1,10 @@
-"""Every Prometheus metric of the server, created here and only here."""
+"""Every Prometheus metric of the server, created here and only here.
+
+Each metric is a prometheus-client metric (scraped from /metrics; in Ray Serve the node's replicas are summed
+through multiprocess files) and, once a Serve replica calls `enable_ray_export()` from its __init__, also a
+`ray.serve.metrics` metric of the same name on Ray's metrics export port of its node, for multi-node
+clusters (exported as ray_<name>, tagged with deployment and replica).
+"""
 
 from __future__ import annotations
 
@@ -12,24 +18,83 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-REQUESTS = Counter("s2s_requests_total", "HTTP requests by route and status code", ["route", "status"])
-REQUEST_LATENCY = Histogram("s2s_request_latency_seconds", "HTTP request latency", ["route"],
-                            buckets=LATENCY_BUCKETS)
-QUEUE_WAIT = Histogram("s2s_queue_wait_seconds", "Time a sequence waited before joining the batch",
-                       buckets=LATENCY_BUCKETS)
-TIME_TO_FIRST_TOKEN = Histogram("s2s_time_to_first_token_seconds", "Arrival to first generated token",
-                                buckets=LATENCY_BUCKETS)
-TIME_PER_OUTPUT_TOKEN = Histogram("s2s_time_per_output_token_seconds", "Decoding time per token after the first",
-                                  buckets=STEP_BUCKETS)
-INPUT_TOKENS = Counter("s2s_input_tokens_total", "Source tokens of finished sequences")
-OUTPUT_TOKENS = Counter("s2s_output_tokens_total", "Generated tokens of finished sequences")
-RUNNING = Gauge("s2s_running_sequences", "Sequences in the running batch", multiprocess_mode="livesum")
-WAITING = Gauge("s2s_waiting_sequences", "Sequences waiting to be admitted", multiprocess_mode="livesum")
-KV_ROWS_USED = Gauge("s2s_kv_cache_rows_used", "KV-cache rows in use (a beam request holds one per beam)",
-                     multiprocess_mode="livesum")
-BATCH_ROWS = Histogram("s2s_batch_rows", "Rows decoded per engine step",
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
-STEP_TIME = Histogram("s2s_engine_step_seconds", "Engine step time (admission + one decoder step)",
-                      buckets=STEP_BUCKETS)
-ENGINE_FAILURES = Counter("s2s_engine_failures_total", "Engine steps that raised; their requests failed")
+
+class Mirrored:
+    """A prometheus-client metric that also records to Ray's metrics export after enable_ray_export()."""
+
+    def __init__(self, kind, name: str, doc: str, labels: tuple[str, ...] = (), **kwargs):
+        self.kind, self.name, self.doc, self.label_names, self.kwargs = kind, name, doc, labels, kwargs
+        self.prom = kind(name, doc, labels, **kwargs)
+        self.ray = None
+
+    def export_to_ray(self) -> None:
+        from ray.serve import metrics as ray_metrics
+
+        ray_kind = getattr(ray_metrics, self.kind.__name__)
+        extra = {"boundaries": list(self.kwargs["buckets"])} if self.kind is Histogram else {}
+        self.ray = ray_kind(self.name, description=self.doc, tag_keys=self.label_names, **extra)
+
+    def labels(self, *values: str) -> "Labelled":
+        return Labelled(self, values)
+
+    def inc(self, amount: float = 1) -> None:
+        self._record("inc", amount, self.prom, {})
+
+    def observe(self, value: float) -> None:
+        self._record("observe", value, self.prom, {})
+
+    def set(self, value: float) -> None:
+        self._record("set", value, self.prom, {})
+
+    def _record(self, method: str, value: float, prom_metric, tags: dict[str, str]) -> None:
+        getattr(prom_metric, method)(value)
+        if self.ray is not None:
+            getattr(self.ray, method)(value, tags=tags or None)
+
+
+class Labelled:
+    def __init__(self, metric: Mirrored, values: tuple[str, ...]):
+        self.metric, self.values = metric, values
+
+    def inc(self, amount: float = 1) -> None:
+        self._record("inc", amount)
+
+    def observe(self, value: float) -> None:
+        self._record("observe", value)
+
+    def _record(self, method: str, value: float) -> None:
+        tags = dict(zip(self.metric.label_names, self.values))
+        self.metric._record(method, value, self.metric.prom.labels(*self.values), tags)
+
+
+REQUESTS = Mirrored(Counter, "s2s_requests_total", "HTTP requests by route and status code", ("route", "status"))
+REQUEST_LATENCY = Mirrored(Histogram, "s2s_request_latency_seconds", "HTTP request latency", ("route",),
+                           buckets=LATENCY_BUCKETS)
+QUEUE_WAIT = Mirrored(Histogram, "s2s_queue_wait_seconds", "Time a sequence waited before joining the batch",
+                      buckets=LATENCY_BUCKETS)
+TIME_TO_FIRST_TOKEN = Mirrored(Histogram, "s2s_time_to_first_token_seconds", "Arrival to first generated token",
+                               buckets=LATENCY_BUCKETS)
+TIME_PER_OUTPUT_TOKEN = Mirrored(Histogram, "s2s_time_per_output_token_seconds",
+                                 "Decoding time per token after the first", buckets=STEP_BUCKETS)
+INPUT_TOKENS = Mirrored(Counter, "s2s_input_tokens_total", "Source tokens of finished sequences")
+OUTPUT_TOKENS = Mirrored(Counter, "s2s_output_tokens_total", "Generated tokens of finished sequences")
+RUNNING = Mirrored(Gauge, "s2s_running_sequences", "Sequences in the running batch", multiprocess_mode="livesum")
+WAITING = Mirrored(Gauge, "s2s_waiting_sequences", "Sequences waiting to be admitted", multiprocess_mode="livesum")
+KV_ROWS_USED = Mirrored(Gauge, "s2s_kv_cache_rows_used", "KV-cache rows in use (a beam request holds one per beam)",
+                        multiprocess_mode="livesum")
+BATCH_ROWS = Mirrored(Histogram, "s2s_batch_rows", "Rows decoded per engine step", buckets=ROW_BUCKETS)
+STEP_TIME = Mirrored(Histogram, "s2s_engine_step_seconds", "Engine step time (admission + one decoder step)",
+                     buckets=STEP_BUCKETS)
+ENGINE_FAILURES = Mirrored(Counter, "s2s_engine_failures_total", "Engine steps that raised; their requests failed")
+
+ALL = (REQUESTS, REQUEST_LATENCY, QUEUE_WAIT, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, INPUT_TOKENS,
+       OUTPUT_TOKENS, RUNNING, WAITING, KV_ROWS_USED, BATCH_ROWS, STEP_TIME, ENGINE_FAILURES)
+
+
+def enable_ray_export() -> None:
+    """Call from a Serve replica's __init__: from then on this process also records to Ray's metrics."""
+    for metric in ALL:
+        if metric.ray is None:
+            metric.export_to_ray()

@@ -65,7 +65,7 @@ class ModelService:
                                      field=name, limit=self.settings.max_input_tokens)
         return sources
 
-    def _params(self, max_new_tokens: int | None, num_beams: int | None, **kw) -> DecodeParams:
+    def _params(self, max_new_tokens: int | None, num_beams: int | None, n_best: int = 1, **kw) -> DecodeParams:
         s = self.settings
         if max_new_tokens is not None and max_new_tokens > s.max_new_tokens:
             raise InvalidRequest(f"max_new_tokens {max_new_tokens} is above the limit {s.max_new_tokens}",
@@ -74,12 +74,12 @@ class ModelService:
         if num_beams is not None and num_beams > beams_limit:
             raise InvalidRequest(f"beams {num_beams} is above the limit {beams_limit}", field="beam_size",
                                  limit=beams_limit)
-        params = self.translator.decode_params(beam_size=num_beams, max_new_tokens=max_new_tokens, **kw)
-        if params.max_new_tokens > s.max_new_tokens:  # a model default above the server limit
-            params = self.translator.decode_params(beam_size=num_beams, max_new_tokens=s.max_new_tokens, **kw)
-        if params.num_beams > beams_limit:
-            params = self.translator.decode_params(beam_size=beams_limit, max_new_tokens=params.max_new_tokens, **kw)
-        return params
+        # Model defaults (generation_config.json) above the server's limits are clamped to them.
+        beams = min(num_beams or (1 if kw.get("do_sample") else self.translator.generation.num_beams), beams_limit)
+        if n_best > beams:
+            raise InvalidRequest(f"n_best {n_best} exceeds the number of beams {beams}", field="n_best", limit=beams)
+        params = self.translator.decode_params(beam_size=beams, max_new_tokens=max_new_tokens, n_best=n_best, **kw)
+        return replace(params, max_new_tokens=min(params.max_new_tokens, s.max_new_tokens))
 
     # ---- requests ----------------------------------------------------------------------------------------
     async def translate(self, req: TranslateRequest) -> TranslateResponse:
@@ -87,11 +87,8 @@ class ModelService:
         if len(texts) > self.settings.max_texts:
             raise InvalidRequest(f"text has {len(texts)} items; at most {self.settings.max_texts}", field="text",
                                  limit=self.settings.max_texts)
-        beams = req.beam_size
-        if req.n_best > (beams or self.translator.generation.num_beams):
-            raise InvalidRequest(f"n_best {req.n_best} exceeds the number of beams {beams or 'default'}",
-                                 field="n_best", limit=beams or self.translator.generation.num_beams)
-        params = self._params(req.max_new_tokens, beams, length_penalty=req.length_penalty, n_best=req.n_best)
+        params = self._params(req.max_new_tokens, req.beam_size, length_penalty=req.length_penalty,
+                              n_best=req.n_best)
         non_empty = [i for i, t in enumerate(texts) if t.strip()]
         names = [req.field_name(i) for i in non_empty]
         sources = self._encode([texts[i] for i in non_empty], req.target_lang, names)

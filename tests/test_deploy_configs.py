@@ -228,9 +228,9 @@ def exported_metric_names() -> set[str]:
     suffixes = {"counter": ["_total", "_created"], "histogram": ["_bucket", "_sum", "_count", "_created"],
                 "gauge": [""]}
     names = set()
-    for value in vars(metrics).values():
-        if isinstance(value, MetricWrapperBase):
-            family = value.describe()[0]
+    for value in metrics.ALL:
+        if isinstance(value.prom, MetricWrapperBase):
+            family = value.prom.describe()[0]
             names.update(family.name + s for s in suffixes[family.type])
     return names
 

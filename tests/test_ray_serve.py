@@ -1,6 +1,7 @@
 """Ray Serve, really started once per session on 127.0.0.1: replicas, multiplexing with LRU eviction,
 replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback."""
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -46,14 +47,14 @@ def tiny_models(checkpoints, tmp_path_factory):
 
 
 @contextlib.contextmanager
-def deployed(name: str, paths: list[str], **build_kwargs):
+def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build_kwargs):
     """A Serve application at /name for one test; deleted afterwards so its replicas free their CPUs."""
     from ray import serve
 
     from server.deployment import build
     from server.registry import ModelRegistry
 
-    app = build(SETTINGS, ModelRegistry.from_paths(paths), **build_kwargs)
+    app = build(settings, ModelRegistry.from_paths(paths), **build_kwargs)
     serve.run(app, name=name, route_prefix=f"/{name}")
     try:
         yield serve.get_deployment_handle("ModelServer", app_name=name)
@@ -93,6 +94,21 @@ def test_streaming_and_metrics_through_serve(main_app):
     text = httpx.get(f"{url}/metrics").text
     assert "s2s_output_tokens_total" in text and "s2s_engine_step_seconds_count" in text
     assert httpx.get(f"{url}/readyz").status_code == 200
+
+
+def test_metrics_reach_rays_metrics_export_port(main_app):
+    """What a multi-node cluster scrapes: every node's metrics export port carries the replicas' s2s metrics."""
+    import ray
+
+    url, _ = main_app
+    assert translate(url, text="seven", target_lang="it").status_code == 200
+    port = ray._private.worker.global_worker.node.metrics_export_port
+    wanted = ("ray_s2s_output_tokens_total", "ray_s2s_requests_total")  # from a ModelServer and the Ingress
+    deadline, text = time.monotonic() + 90, ""
+    while time.monotonic() < deadline and not all(name in text for name in wanted):
+        time.sleep(2)  # every process reports its metrics every few seconds
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert all(name in text for name in wanted)
 
 
 def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):
@@ -170,6 +186,23 @@ def check_crash_recovery(url, handle):
         alive = {handle.describe.remote().result(timeout_s=30)["pid"] for _ in range(10)}  # a replacement starts
     assert len(alive) == 2 and killed not in alive
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+
+
+def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models):
+    small = Settings(max_batch_rows=2, max_queued_requests=2, max_new_tokens=64)
+    with deployed("overload", [str(tiny_models / "tiny-a")], settings=small, replicas=1):
+        url = f"{serve_url}/overload"
+
+        async def burst():
+            async with httpx.AsyncClient(timeout=120) as client:
+                return await asyncio.gather(*(client.post(f"{url}/v1/translate", json={
+                    "text": f"hello {i}", "max_new_tokens": 60, "beam_size": 1}) for i in range(30)))
+
+        responses = asyncio.run(burst())
+        statuses = [r.status_code for r in responses]
+        assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses
+        assert all(r.headers.get("retry-after") for r in responses if r.status_code == 503)
+        assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
 def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes(tmp_path):

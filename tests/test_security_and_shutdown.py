@@ -68,3 +68,33 @@ def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
         assert result["response"].status_code == 200
         assert len(result["response"].json()["translations"]) == 8
         assert server.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after draining
+
+
+def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
+    settings = Settings(ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8)
+    models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
+    service = models.services[models.registry.default]
+    release = threading.Event()
+    execute = service.loop.engine.execute
+
+    def stuck(plan):
+        release.wait(30)  # a step that does not return, as a hung kernel would
+        return execute(plan)
+
+    service.loop.engine.execute = stuck
+    try:
+        with TestClient(create_app(models, settings)) as c:
+            assert c.get("/readyz").status_code == 200
+            worker = threading.Thread(target=lambda: c.post("/v1/translate", json={"text": "hello"}))
+            worker.start()
+            time.sleep(0.5)
+            assert c.get("/readyz").status_code == 503 and c.get("/healthz").status_code == 200
+            time.sleep(0.5)
+            assert c.get("/healthz").status_code == 503
+            release.set()
+            worker.join(30)
+            time.sleep(0.3)
+            assert c.get("/readyz").status_code == 200 and c.get("/healthz").status_code == 200
+    finally:
+        release.set()
+        models.close()

@@ -116,3 +116,27 @@ def test_overload_gets_503_with_retry_after_and_accepted_requests_complete(tiny_
     assert all(r.json()["finish_reason"] in ("eos", "length") for r in responses if r.status_code == 200)
     assert time.monotonic() - start < 60
     assert httpx.get(tiny_server + "/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("body,status,field", [
+    ({"text": ["a"] * 65}, 422, "text"),
+    ({"text": "hello " * 300}, 422, "text"),
+    ({"text": "a", "beam_size": 40}, 422, "beam_size"),
+    ({"text": "a", "target_lang": "xx"}, 422, "target_lang"),
+    ({"text": "a", "model": "nope"}, 404, "model"),
+])
+def test_4xx_through_the_real_server(tiny_server, body, status, field):
+    response = httpx.post(f"{tiny_server}/v1/translate", json=body, timeout=30)
+    assert response.status_code == status and response.json()["error"]["field"] == field
+
+
+def test_bad_bodies_and_streaming_through_the_real_server(tiny_server):
+    headers = {"content-type": "application/json"}
+    assert httpx.post(f"{tiny_server}/v1/translate", content=b'{"text":', headers=headers).status_code == 400
+    assert httpx.post(f"{tiny_server}/v1/translate", content=b'{"text": "\xff"}', headers=headers).status_code == 400
+    assert httpx.post(f"{tiny_server}/v1/translate", content=b"x" * 2_000_000, headers=headers).status_code == 413
+    body = {"text": "hello world", "max_new_tokens": 20}
+    whole = httpx.post(f"{tiny_server}/v1/generate", json=body, timeout=30).json()
+    with httpx.stream("POST", f"{tiny_server}/v1/generate", json={**body, "stream": True}, timeout=30) as r:
+        events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "".join(e["text"] for e in events) == whole["text"] and events[-1]["usage"] == whole["usage"]
