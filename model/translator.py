@@ -79,17 +79,22 @@ class Translator:
     def decode_params(self, beam_size: int | None = None, max_new_tokens: int | None = None,
                       length_penalty: float | None = None, n_best: int = 1, **overrides) -> DecodeParams:
         g = self.generation
+        sampling = overrides.get("do_sample", g.do_sample)
         params = DecodeParams(
             max_new_tokens=max_new_tokens or g.max_new_tokens,
             min_new_tokens=g.min_new_tokens,
-            num_beams=beam_size or (1 if overrides.get("do_sample") else g.num_beams),
+            num_beams=beam_size or (1 if sampling else g.num_beams),
             length_penalty=g.length_penalty if length_penalty is None else length_penalty,
             early_stopping=g.early_stopping,
             num_return_sequences=n_best,
+            do_sample=sampling,
+            temperature=g.temperature,
+            top_k=g.top_k,
+            top_p=g.top_p,
             bad_words_ids=g.bad_words_ids,
             forced_eos_token_id=g.forced_eos_token_id,
         )
-        return replace(params, **overrides)
+        return replace(params, **overrides)  # the caller's choices over generation_config.json's
 
     def translate(self, texts: list[str], target_lang: str | None = None, beam_size: int | None = None,
                   max_new_tokens: int | None = None, length_penalty: float | None = None, n_best: int = 1,

@@ -75,7 +75,11 @@ class ModelService:
             raise InvalidRequest(f"beams {num_beams} is above the limit {beams_limit}", field="beam_size",
                                  limit=beams_limit)
         # Model defaults (generation_config.json) above the server's limits are clamped to them.
-        beams = min(num_beams or (1 if kw.get("do_sample") else self.translator.generation.num_beams), beams_limit)
+        sampling = kw.get("do_sample", self.translator.generation.do_sample)
+        if sampling and num_beams not in (None, 1):
+            raise InvalidRequest("sampling (requested, or the model's default) needs 1 beam", field="beam_size",
+                                 limit=1)
+        beams = min(num_beams or (1 if sampling else self.translator.generation.num_beams), beams_limit)
         if n_best > beams:
             raise InvalidRequest(f"n_best {n_best} exceeds the number of beams {beams}", field="n_best", limit=beams)
         params = self.translator.decode_params(beam_size=beams, max_new_tokens=max_new_tokens, n_best=n_best, **kw)
@@ -130,14 +134,13 @@ class ModelService:
                 task.cancel()  # their `finally` cancels unfinished sequences and frees their rows
 
     def _generate_params(self, req: GenerateRequest) -> DecodeParams:
-        sampling = req.temperature is not None or req.top_k is not None or req.top_p is not None \
-            or req.seed is not None
-        if sampling and req.num_beams not in (None, 1):
+        # Any sampling knob asks for sampling; the ones not given come from the model's generation config.
+        knobs = {k: v for k, v in (("temperature", req.temperature), ("top_k", req.top_k), ("top_p", req.top_p),
+                                   ("seed", req.seed)) if v is not None}
+        if knobs and req.num_beams not in (None, 1):
             raise InvalidRequest("sampling (temperature, top_k, top_p, seed) needs num_beams 1", field="num_beams",
                                  limit=1)
-        extra = dict(do_sample=True, temperature=req.temperature or 1.0, top_k=req.top_k or 0,
-                     top_p=req.top_p or 1.0, seed=req.seed) if sampling else {}
-        return self._params(req.max_new_tokens, req.num_beams, **extra)
+        return self._params(req.max_new_tokens, req.num_beams, **(dict(knobs, do_sample=True) if knobs else {}))
 
     async def generate_events(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and usage."""

@@ -137,3 +137,10 @@ def test_timeout_frees_rows(checkpoint):
             assert service.loop.engine.rows_in_use == 0
     finally:
         models.close()
+
+
+def test_sampling_through_the_api_is_reproducible_per_seed(client):
+    body = {"text": "the quick brown fox", "max_new_tokens": 15, "temperature": 1.5, "top_p": 0.9, "seed": 3}
+    first = client.post("/v1/generate", json=body).json()
+    assert client.post("/v1/generate", json=body).json()["text"] == first["text"]
+    assert client.post("/v1/translate", json={"text": "a", "beam_size": 1}).status_code == 200
