@@ -33,7 +33,6 @@ class BatchDecoder:
         self.capacity, self.max_source_len, self.max_target_len = capacity, max_source_len, max_target_len
         self.cache = model.new_cache(capacity, max_target_len, max_source_len)
         self.searches: dict[Hashable, Search] = {}
-        self.row_owner: list[Search | None] = [None] * capacity
 
     @property
     def live_rows(self) -> int:
@@ -76,8 +75,6 @@ class BatchDecoder:
         for i, (key, ids, params) in enumerate(entries):
             search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
             search.rows = list(range(first_free + len(rows), first_free + len(rows) + params.num_beams))
-            for row in search.rows:
-                self.row_owner[row] = search
             rows += search.rows
             sources += [i] * params.num_beams
             self.searches[key] = search
@@ -144,8 +141,6 @@ class BatchDecoder:
         n_after = n_before - len(freed)
         holes = sorted(r for r in freed if r < n_after)
         tail = [r for r in range(n_after, n_before) if r not in freed]
-        for r in freed:
-            self.row_owner[r] = None
         if not holes:
             return
         target_len = max((s.cur_len for s in self.searches.values()), default=1)
@@ -153,7 +148,7 @@ class BatchDecoder:
         device = self.model.device
         self.cache.move_rows(torch.tensor(tail, device=device), torch.tensor(holes, device=device),
                              target_len, source_len)
+        owners = {row: s for s in self.searches.values() for row in s.rows if row >= n_after}
         for src, dst in zip(tail, holes):
-            owner = self.row_owner[src]
-            owner.rows[owner.rows.index(src)] = dst
-            self.row_owner[dst], self.row_owner[src] = owner, None
+            rows = owners[src].rows
+            rows[rows.index(src)] = dst

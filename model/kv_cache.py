@@ -36,13 +36,16 @@ class KVCache:
         self.self_k[layer, rows, :, positions] = k
         self.self_v[layer, rows, :, positions] = v
 
+    def _copy_self(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
+        self.self_k[:, dst, :, :target_len] = self.self_k[:, src, :, :target_len]
+        self.self_v[:, dst, :, :target_len] = self.self_v[:, src, :, :target_len]
+
     def move_rows(self, src: torch.Tensor, dst: torch.Tensor, target_len: int, source_len: int) -> None:
-        """Copy whole rows src → dst (dst[i] gets src[i]); used to keep live rows compact and to fork beams.
+        """Copy whole rows src → dst (dst[i] gets src[i]); keeps live rows compact when requests leave.
 
         Only the first `target_len`/`source_len` positions are copied: nothing beyond them is ever read.
         """
-        self.self_k[:, dst, :, :target_len] = self.self_k[:, src, :, :target_len]
-        self.self_v[:, dst, :, :target_len] = self.self_v[:, src, :, :target_len]
+        self._copy_self(src, dst, target_len)
         self.cross_k[:, dst, :, :source_len] = self.cross_k[:, src, :, :source_len]
         self.cross_v[:, dst, :, :source_len] = self.cross_v[:, src, :, :source_len]
         self.source_mask[dst] = self.source_mask[src]
@@ -58,6 +61,4 @@ class KVCache:
         if not bool(changed.any()):
             return
         dst = changed.nonzero().squeeze(1)
-        src = parents[dst]
-        self.self_k[:, dst, :, :target_len] = self.self_k[:, src, :, :target_len]
-        self.self_v[:, dst, :, :target_len] = self.self_v[:, src, :, :target_len]
+        self._copy_self(parents[dst], dst, target_len)

@@ -12,7 +12,7 @@ from .batch_decoder import BatchDecoder
 from .checkpoint import load_model
 from .config import CheckpointError, GenerationDefaults
 from .quantize import quantize_int8
-from .search import DecodeParams
+from .search import DecodeParams, Hypothesis
 from .tokenizer import MarianTokenizer
 from .transformer import Seq2SeqTransformer
 
@@ -110,10 +110,6 @@ class Translator:
             progress(len(results))  # blank lines are done already
         order = sorted(sources, key=lambda i: -len(sources[i]))
         longest = max((len(s) for s in sources.values()), default=1)
-        positions = self.model.config.max_position_embeddings
-        if longest > positions or params.max_new_tokens >= positions:
-            raise ValueError(f"the model has {positions} positions: at most {positions} source tokens "
-                             f"(longest: {longest}) and {positions - 1} new tokens (asked: {params.max_new_tokens})")
         decoder = BatchDecoder(self.model, capacity=batch_size * params.num_beams, max_source_len=longest,
                                max_target_len=params.max_new_tokens + 1)
         for key in order:
@@ -129,12 +125,13 @@ class Translator:
                 decoder.admit(admitted)
             for event in decoder.step():
                 if event.results is not None:
-                    results[event.key] = self._translation(event.results)
+                    results[event.key] = self.translation(event.results)
                     if progress:
                         progress(1)
         return [results[i] for i in range(len(texts))]
 
-    def _translation(self, hypotheses) -> Translation:
+    def translation(self, hypotheses: list[Hypothesis]) -> Translation:
+        """The best hypothesis as text, the others as its alternatives."""
         out = [Translation(self.tokenizer.decode(h.token_ids), h.score, h.token_ids, h.finish_reason, [])
                for h in hypotheses]
         out[0].alternatives = out[1:]

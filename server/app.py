@@ -48,7 +48,7 @@ class BodyGuard:
         chunks, size = [], 0
         declared = dict(scope["headers"]).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._reject(scope, receive, send, self._too_large())
+            return await self._too_large().response()(scope, receive, send)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -56,15 +56,15 @@ class BodyGuard:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._reject(scope, receive, send, self._too_large())
+                return await self._too_large().response()(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
-            return await self._reject(scope, receive, send,
-                                      BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body"))
+            error = BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body")
+            return await error.response()(scope, receive, send)
         replayed = False
 
         async def replay():
@@ -78,10 +78,6 @@ class BodyGuard:
 
     def _too_large(self) -> BodyTooLarge:
         return BodyTooLarge(f"the body is larger than {self.max_bytes} bytes", field="body", limit=self.max_bytes)
-
-    @staticmethod
-    async def _reject(scope, receive, send, error: ServerError):
-        await error.response()(scope, receive, send)
 
 
 def validation_error(exc: RequestValidationError) -> ServerError:

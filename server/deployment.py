@@ -28,8 +28,8 @@ from .app import create_app
 from .errors import EngineFailed, QueueFull, ServerError
 from .local import load_service, resolve_device, services_health
 from .registry import ModelRegistry
-from .schemas import GenerateRequest, GenerateResponse, ModelCard, ModelLimits, TranslateRequest, TranslateResponse
-from .service import ModelService, StreamEvent
+from .schemas import GenerateRequest, GenerateResponse, ModelCard, TranslateRequest, TranslateResponse
+from .service import ModelService, StreamEvent, model_limits
 from .settings import Settings
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -152,9 +152,7 @@ class RayModels:
         return RemoteModel(self.handle, self.registry.resolve(name, source_lang, target_lang))
 
     def cards(self) -> list[ModelCard]:
-        s = self.settings
-        limits = ModelLimits(max_texts=s.max_texts, max_input_tokens=s.max_input_tokens,
-                             max_new_tokens=s.max_new_tokens, max_beams=min(s.max_beams, s.max_batch_rows))
+        limits = model_limits(self.settings)
         return [ModelCard(id=e.name, languages=list(e.target_langs), default_beam_size=e.default_beams,
                           limits=limits) for e in self.registry.entries.values()]
 

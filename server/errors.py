@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 class ServerError(Exception):
     status = 500
     code = "internal_error"
+    retry_after_s: int | None = None  # sent as Retry-After when set
 
     def __init__(self, message: str, field: str | None = None, limit=None):
         super().__init__(message)
@@ -25,7 +26,7 @@ class ServerError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers())
 
     def headers(self) -> dict[str, str]:
-        return {}
+        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
 class InvalidRequest(ServerError):
@@ -55,9 +56,6 @@ class QueueFull(ServerError):
     status, code = 503, "queue_full"
     retry_after_s = 1
 
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after_s)}
-
 
 class RequestTimeout(ServerError):
     status, code = 504, "timeout"
@@ -65,6 +63,4 @@ class RequestTimeout(ServerError):
 
 class EngineFailed(ServerError):
     status, code = 503, "engine_failed"
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
+    retry_after_s = 1

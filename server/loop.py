@@ -107,7 +107,6 @@ class EngineLoop:
     def _record_admission(self, admitted: list[SeqRequest]) -> None:
         now = time.monotonic()
         for request in admitted:
-            request.admitted_at = now
             metrics.QUEUE_WAIT.observe(now - request.arrived_at)
         metrics.WAITING.set(len(self.scheduler.waiting))
 

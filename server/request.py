@@ -49,7 +49,6 @@ class SeqRequest:
     id: int = field(default_factory=lambda: next(_ids))
     status: Status = Status.WAITING
     arrived_at: float = field(default_factory=time.monotonic)
-    admitted_at: float | None = None
     first_token_at: float | None = None
     output_tokens: int = 0
 

@@ -20,6 +20,11 @@ from .schemas import (Alternative, GenerateRequest, GenerateResponse, ModelCard,
 from .settings import Settings
 
 
+def model_limits(settings: Settings) -> ModelLimits:
+    return ModelLimits(max_texts=settings.max_texts, max_input_tokens=settings.max_input_tokens,
+                       max_new_tokens=settings.max_new_tokens, max_beams=settings.beam_limit)
+
+
 @dataclass
 class StreamEvent:
     text: str = ""
@@ -43,12 +48,8 @@ class ModelService:
         self.loop.stop()
 
     def card(self) -> ModelCard:
-        s = self.settings
         return ModelCard(id=self.name, languages=self.translator.target_languages,
-                         default_beam_size=self.translator.generation.num_beams,
-                         limits=ModelLimits(max_texts=s.max_texts, max_input_tokens=s.max_input_tokens,
-                                            max_new_tokens=s.max_new_tokens,
-                                            max_beams=min(s.max_beams, s.max_batch_rows)))
+                         default_beam_size=self.translator.generation.num_beams, limits=model_limits(self.settings))
 
     # ---- validation: every limit is checked before anything is queued -----------------------------------
     def _encode(self, texts: list[str], target_lang: str | None, fields: list[str]) -> list[list[int]]:
@@ -70,7 +71,7 @@ class ModelService:
         if max_new_tokens is not None and max_new_tokens > s.max_new_tokens:
             raise InvalidRequest(f"max_new_tokens {max_new_tokens} is above the limit {s.max_new_tokens}",
                                  field="max_new_tokens", limit=s.max_new_tokens)
-        beams_limit = min(s.max_beams, s.max_batch_rows)
+        beams_limit = s.beam_limit
         if num_beams is not None and num_beams > beams_limit:
             raise InvalidRequest(f"beams {num_beams} is above the limit {beams_limit}", field="beam_size",
                                  limit=beams_limit)
@@ -104,10 +105,9 @@ class ModelService:
         return TranslateResponse(model=self.name, translations=translations, usage=usage)
 
     def _translation(self, hyps: list[Hypothesis], with_scores: bool) -> Translation:
-        decode = self.translator.tokenizer.decode
-        alternatives = [Alternative(text=decode(h.token_ids), score=h.score if with_scores else None)
-                        for h in hyps[1:]]
-        return Translation(text=decode(hyps[0].token_ids), score=hyps[0].score if with_scores else None,
+        best = self.translator.translation(hyps)
+        alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in best.alternatives]
+        return Translation(text=best.text, score=best.score if with_scores else None,
                            alternatives=alternatives or None)
 
     async def _run_all(self, sources: list[list[int]], params: DecodeParams) -> list[list[Hypothesis]]:

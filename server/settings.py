@@ -28,6 +28,11 @@ class Settings:
     drain_timeout_s: float = 30.0  # on SIGTERM: stop accepting, let in-flight requests finish this long
     api_keys: tuple[str, ...] = field(default=(), repr=False)
 
+    @property
+    def beam_limit(self) -> int:
+        """Beams a request may use: a beam request must fit in the batch."""
+        return min(self.max_beams, self.max_batch_rows)
+
     @classmethod
     def env_name(cls, name: str) -> str:
         return f"SERVER_{name.upper()}"
