@@ -100,7 +100,9 @@ class SingleSearch(Search):
     def sample(self, scores: torch.Tensor) -> int:
         """scores (V,) processed logits of this row → a token drawn with temperature, top-k and top-p."""
         p = self.params
-        scores = scores / p.temperature
+        # Shifted by the maximum and in float64 (a float32 scalar rounds a tiny temperature to 0): the same
+        # distribution, and no inf/NaN for any positive temperature.
+        scores = (scores.double() - scores.max()) / p.temperature
         if 0 < p.top_k < scores.shape[-1]:
             kth = torch.topk(scores, p.top_k).values[-1]
             scores = scores.masked_fill(scores < kth, NEG_INF)

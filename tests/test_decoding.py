@@ -109,6 +109,12 @@ def test_sampling_is_reproducible_per_seed(translator):
         SENTENCES[:3], beam_size=1, max_new_tokens=20)]
 
 
+def test_a_tiny_temperature_samples_greedily(translator):
+    greedy = translator.translate(SENTENCES[:3], beam_size=1, max_new_tokens=20)
+    tiny = translator.translate(SENTENCES[:3], max_new_tokens=20, do_sample=True, temperature=5e-324, seed=1)
+    assert [t.token_ids for t in tiny] == [t.token_ids for t in greedy]
+
+
 def test_min_new_tokens_and_max_new_tokens(translator):
     for t in translator.translate(SENTENCES[:3], beam_size=1, max_new_tokens=7, min_new_tokens=5):
         assert 5 <= len(t.token_ids) <= 7
