@@ -14,12 +14,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .cpu_kernels import use_onednn_linears
 from .config import CheckpointError, GenerationDefaults, ModelConfig, load_configs
 from .transformer import Seq2SeqTransformer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Present in some checkpoints, recomputed here (sinusoids).
 IGNORED_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+OUTPUT_BIAS = "lm_head.bias"  # Marian's final_logits_bias
 
 Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys
 
@@ -56,7 +58,7 @@ def key_map(config: ModelConfig) -> dict[str, Parts]:
         out["decoder_embed.weight"] = (("model.decoder.embed_tokens.weight",) + shared_alias + lm_head_alias,)
     if not config.tie_word_embeddings:
         out["lm_head.weight"] = (("lm_head.weight",),)
-    out["final_logits_bias"] = (("final_logits_bias",),)
+    out[OUTPUT_BIAS] = (("final_logits_bias",),)
     return out
 
 
@@ -91,7 +93,7 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
         for alternatives in parts:
             key = next((k for k in alternatives if k in state), None)
             if key is None:
-                if ours == "final_logits_bias":  # optional, as in transformers
+                if ours == OUTPUT_BIAS:  # optional, as in transformers
                     break
                 raise CheckpointError(f"{path}: missing key {alternatives[0]!r}")
             tensors.append(state[key])
@@ -99,7 +101,7 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
         if not tensors:
             continue
         value = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
-        value = value.reshape(-1) if ours == "final_logits_bias" else value
+        value = value.reshape(-1) if ours == OUTPUT_BIAS else value
         if value.shape != expected[ours].shape:
             got = " + ".join(f"{k[0]} {tuple(t.shape)}" for k, t in zip(parts, tensors))
             raise CheckpointError(f"{path}: {got} does not match the expected shape {tuple(expected[ours].shape)} "
@@ -110,11 +112,11 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
         raise CheckpointError(f"{path}: unexpected key {unexpected[0]!r}" +
                               (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
     model.load_state_dict(loaded, strict=False)
-    missing = {name for name, _ in model.named_parameters()} - set(loaded)  # tied parameters are listed once
+    missing = {name for name, _ in model.named_parameters()} - set(loaded) - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
     model = model.to(device=device, dtype=dtype).eval()
     if model.device.type == "cpu" and dtype == torch.float32:
-        model.pretranspose_output()
+        use_onednn_linears(model)
     return model, generation
 
 
@@ -126,7 +128,7 @@ def save_model(model: Seq2SeqTransformer, model_dir: str | Path, dtype: torch.dt
     state = {}
     for key, parts in key_map(model.config).items():
         value = ours[key].detach().to(device="cpu", dtype=dtype)
-        value = value.reshape(1, -1) if key == "final_logits_bias" else value
+        value = value.reshape(1, -1) if key == OUTPUT_BIAS else value
         for alternatives, chunk in zip(parts, value.chunk(len(parts))):
             state[alternatives[0]] = chunk.contiguous()
     save_file(state, str(model_dir / "model.safetensors"), metadata={"format": "pt"})

@@ -11,14 +11,15 @@ import warnings
 import torch
 from torch import nn
 
+from .cpu_kernels import use_onednn_linears
 from .transformer import Seq2SeqTransformer
 
 
 def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
+    use_onednn_linears(model, enable=False)  # torch.ao quantizes plain nn.Linear modules only
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-    quantized.output_t = None  # decode through the int8 output projection
     return quantized

