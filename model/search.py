@@ -140,13 +140,18 @@ class BeamSearch(Search):
         self.improvable = True  # transformers' is_early_stop_heuristic_unsatisfied
         self.candidate_is_top = torch.arange(2 * k) < k
 
-    def advance(self, logprobs: torch.Tensor) -> list[int]:
-        """logprobs (k, V) processed log-probabilities of this request's rows → parent row (local) per beam."""
+    def advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
+        """The best W ≥ 2·k processed log-probabilities of each of this request's rows and their tokens, (k, W)
+        each, sorted descending → parent row (local) per beam.
+
+        transformers takes the top 2·k of all k·V sums beam score + log-probability; adding a row's beam score
+        keeps the order within the row, so those 2·k are among the rows' own top 2·k.
+        """
         p, k = self.params, self.params.num_beams
-        vocab = logprobs.shape[-1]
-        totals = (logprobs.float().cpu() + self.running_scores[:, None]).reshape(-1)  # (k·V,)
+        width = top_logprobs.shape[-1]
+        totals = (top_logprobs + self.running_scores[:, None]).reshape(-1)  # (k·W,)
         cand_scores, cand_index = torch.topk(totals, 2 * k)
-        cand_parent, cand_token = cand_index // vocab, cand_index % vocab
+        cand_parent, cand_token = cand_index // width, top_tokens.reshape(-1)[cand_index]
         hits = (cand_token == self.eos_id) | (self.cur_len + 1 >= self.max_length)
         cand_seqs = [self.sequences[b] + [t] for b, t in zip(cand_parent.tolist(), cand_token.tolist())]
 
