@@ -7,8 +7,10 @@ Builds a random checkpoint with the shape of opus-mt-en-de (vocab 58,101, d_mode
 FFN 2,048, swish, tied embeddings) in the Hugging Face Marian layout, converts it with CTranslate2's converter,
 and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated tokens per
 sequence (min = max new tokens, forced </s> off, <pad> banned), so every engine does the same work.
-Prints a markdown table of generated tokens/s and per-batch latency (median of timed runs after warm-ups),
-and whether greedy outputs agree with transformers.
+Each engine runs in its own process, one after the other: CTranslate2's OpenMP threads keep spinning for a
+while after each call, and in one process they slowed every engine measured after them by up to 2×.
+Prints a markdown table of generated tokens/s, per-batch latency (median of timed runs after warm-ups), the
+speed-up over transformers and over CTranslate2 float32, and whether greedy outputs agree with transformers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -159,38 +163,65 @@ def cpu_name() -> str:
     return f"{name or platform.machine()} ({os.cpu_count()} cores)"
 
 
+ENGINES = {"ours": lambda path: OursEngine(path), "ours-bf16": lambda path: OursEngine(path, "bfloat16"),
+           "ours-int8": lambda path: OursEngine(path, "int8"), "transformers": lambda path: TransformersEngine(path),
+           "ct2-float32": lambda path: CTranslate2Engine(path, "float32"),
+           "ct2-int8": lambda path: CTranslate2Engine(path, "int8")}
+
+
+def measure(engine_name: str, path: Path, cells: list[tuple[int, int]], warmup: int, runs: int) -> None:
+    """Worker: time one engine on every (beams, batch) cell; one JSON line per cell on stdout."""
+    engine = ENGINES[engine_name](path)
+    for beams, batch in cells:
+        seconds, outputs = timed(lambda: engine.run(workload(batch, OPUS_MT_EN_DE["vocab_size"]), beams), warmup,
+                                 runs)
+        print(json.dumps(dict(engine=engine.name, beams=beams, batch=batch, seconds=seconds, outputs=outputs)),
+              flush=True)
+
+
+def run_worker(engine_name: str, args: argparse.Namespace) -> list[dict]:
+    command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--out", args.out,
+               "--batches", args.batches, "--beams", args.beams, "--warmup", str(args.warmup), "--runs", str(args.runs)]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtests.bench_engine", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/bench", help="where the checkpoint and conversions are kept")
     p.add_argument("--batches", default="1,8,32")
     p.add_argument("--beams", default="1,4")
-    p.add_argument("--engines", default="ours,ours-bf16,ours-int8,transformers,ct2-float32,ct2-int8")
+    p.add_argument("--engines", default="transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--worker", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     path = build_checkpoint(Path(args.out) / "opus-mt-en-de-shape")
-    factories = {"ours": lambda: OursEngine(path), "ours-int8": lambda: OursEngine(path, "int8"),
-                 "ours-bf16": lambda: OursEngine(path, "bfloat16"),
-                 "transformers": lambda: TransformersEngine(path),
-                 "ct2-float32": lambda: CTranslate2Engine(path, "float32"),
-                 "ct2-int8": lambda: CTranslate2Engine(path, "int8")}
-    engines = [factories[name]() for name in args.engines.split(",")]
-    print(f"machine: {cpu_name()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
-    print("| engine | beams | batch | tokens/s | ms per batch | greedy agrees with transformers |")
-    print("|---|---|---|---|---|---|")
-    for beams in map(int, args.beams.split(",")):
-        for batch in map(int, args.batches.split(",")):
-            src = workload(batch, OPUS_MT_EN_DE["vocab_size"])
-            reference = None
-            for engine in sorted(engines, key=lambda e: not isinstance(e, TransformersEngine)):
-                seconds, outputs = timed(lambda: engine.run(src, beams), args.warmup, args.runs)
-                if isinstance(engine, TransformersEngine):
-                    reference = outputs
-                agree = "" if reference is None or beams > 1 else \
-                    f"{sum(a == b for a, b in zip(outputs, reference))}/{batch}"
-                print(f"| {engine.name} | {beams} | {batch} | {batch * NEW_TOKENS / seconds:,.0f} | "
-                      f"{seconds * 1000:,.0f} | {agree} |", flush=True)
+    cells = [(beams, batch) for beams in map(int, args.beams.split(",")) for batch in map(int, args.batches.split(","))]
+    if args.worker:
+        measure(args.worker, path, cells, args.warmup, args.runs)
+        return
+    results = {}  # (engine name, beams, batch) → result
+    names = []
+    for engine_name in args.engines.split(","):
+        print(f"measuring {engine_name} ...", file=sys.stderr, flush=True)
+        for result in run_worker(engine_name, args):
+            results[result["engine"], result["beams"], result["batch"]] = result
+            names += [result["engine"]] if result["engine"] not in names else []
+    print(f"machine: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
+          f"its own process; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
+    print("| engine | beams | batch | tokens/s | ms per batch | × transformers | × CT2 float32 | greedy agrees |")
+    print("|---|---|---|---|---|---|---|---|")
+    for beams, batch in cells:
+        reference = results.get((TransformersEngine.name, beams, batch))
+        ct2 = results.get(("CTranslate2 float32", beams, batch))
+        for name in names:
+            r = results[name, beams, batch]
+            agree = "" if reference is None or beams > 1 else \
+                f"{sum(a == b for a, b in zip(r['outputs'], reference['outputs']))}/{batch}"
+            versus = [f"{other['seconds'] / r['seconds']:.2f}" if other else "" for other in (reference, ct2)]
+            print(f"| {name} | {beams} | {batch} | {batch * NEW_TOKENS / r['seconds']:,.0f} | "
+                  f"{r['seconds'] * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
 
 
 if __name__ == "__main__":
