@@ -102,6 +102,17 @@ class OursEngine:
             self.model = quantize_int8(self.model)
         self.name = f"ours {dtype}"
         self.pad = self.model.config.pad_token_id
+        self.step_seconds: list[float] = []  # of the last run
+
+    def step_weight_bytes(self) -> int | None:
+        """Weight bytes one decoder step reads: decoder layers without the cross-attention K/V projection (run
+        once per source) and the output projection. None for int8, whose packed weights torch does not expose."""
+        if self.name.endswith("int8"):
+            return None
+        per_step = [p for name, p in self.model.named_parameters()
+                    if name.startswith("decoder_layers.") and ".kv_proj." not in name]
+        per_step += [self.model.lm_head.weight, self.model.lm_head.bias]
+        return sum(p.numel() * p.element_size() for p in per_step)
 
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         params = DecodeParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=beams,
@@ -110,8 +121,12 @@ class OursEngine:
                                max_target_len=NEW_TOKENS + 1)
         decoder.admit([(i, row.tolist(), params) for i, row in enumerate(src)])
         results = {}
+        self.step_seconds = []
         while decoder.searches:
-            for event in decoder.step():
+            start = time.perf_counter()
+            events = decoder.step()
+            self.step_seconds.append(time.perf_counter() - start)
+            for event in events:
                 if event.results:
                     results[event.key] = event.results[0].token_ids
         return [results[i] for i in range(src.shape[0])]
@@ -175,8 +190,17 @@ def measure(engine_name: str, path: Path, cells: list[tuple[int, int]], warmup: 
     for beams, batch in cells:
         seconds, outputs = timed(lambda: engine.run(workload(batch, OPUS_MT_EN_DE["vocab_size"]), beams), warmup,
                                  runs)
-        print(json.dumps(dict(engine=engine.name, beams=beams, batch=batch, seconds=seconds, outputs=outputs)),
-              flush=True)
+        result = dict(engine=engine.name, beams=beams, batch=batch, seconds=seconds, outputs=outputs)
+        if isinstance(engine, OursEngine):
+            result.update(step_seconds=statistics.median(engine.step_seconds), step_bytes=engine.step_weight_bytes())
+        print(json.dumps(result), flush=True)
+
+
+def read_bandwidth() -> float:
+    """Bytes per second one sum over a 512 MiB tensor reads (median of 5), with the benchmark's threads."""
+    x = torch.ones(2 ** 27)
+    seconds, _ = timed(x.sum, warmup=1, runs=5)
+    return x.numel() * x.element_size() / seconds
 
 
 def run_worker(engine_name: str, args: argparse.Namespace) -> list[dict]:
@@ -222,6 +246,17 @@ def main(argv: list[str] | None = None) -> None:
             versus = [f"{other['seconds'] / r['seconds']:.2f}" if other else "" for other in (reference, ct2)]
             print(f"| {name} | {beams} | {batch} | {batch * NEW_TOKENS / r['seconds']:,.0f} | "
                   f"{r['seconds'] * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
+    floors = [r for r in results.values() if r["beams"] == 1 and r["batch"] == 1 and r.get("step_bytes")]
+    if floors:
+        bandwidth = read_bandwidth()
+        print(f"\nBatch-1 greedy decoder step against the weight-read floor (weight bytes per step / measured read "
+              f"bandwidth {bandwidth / 1e9:.1f} GB/s):\n")
+        print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")
+        print("|---|---|---|---|---|")
+        for r in floors:
+            floor = r["step_bytes"] / bandwidth
+            print(f"| {r['engine']} | {r['step_bytes'] / 1e6:,.0f} | {floor * 1000:.2f} | "
+                  f"{r['step_seconds'] * 1000:.2f} | {r['step_seconds'] / floor:.2f} |")
 
 
 if __name__ == "__main__":
