@@ -94,20 +94,18 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 
 
 class OursEngine:
-    name = "ours float32"
-
     def __init__(self, path: Path, dtype: str = "float32"):
         self.model, _ = load_model(path, dtype=DTYPES["float32" if dtype == "int8" else dtype])
         if dtype == "int8":
             self.model = quantize_int8(self.model)
-        self.name = f"ours {dtype}"
+        self.dtype, self.name = dtype, f"ours {dtype}"
         self.pad = self.model.config.pad_token_id
         self.step_seconds: list[float] = []  # of the last run
 
     def step_weight_bytes(self) -> int | None:
         """Weight bytes one decoder step reads: decoder layers without the cross-attention K/V projection (run
         once per source) and the output projection. None for int8, whose packed weights torch does not expose."""
-        if self.name.endswith("int8"):
+        if self.dtype == "int8":
             return None
         per_step = [p for name, p in self.model.named_parameters()
                     if name.startswith("decoder_layers.") and ".kv_proj." not in name]
@@ -226,12 +224,11 @@ def main(argv: list[str] | None = None) -> None:
         measure(args.worker, path, cells, args.warmup, args.runs)
         return
     results = {}  # (engine name, beams, batch) → result
-    names = []
     for engine_name in args.engines.split(","):
         print(f"measuring {engine_name} ...", file=sys.stderr, flush=True)
         for result in run_worker(engine_name, args):
             results[result["engine"], result["beams"], result["batch"]] = result
-            names += [result["engine"]] if result["engine"] not in names else []
+    names = list(dict.fromkeys(name for name, _, _ in results))  # in the order measured
     print(f"machine: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
           f"its own process; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
     print("| engine | beams | batch | tokens/s | ms per batch | × transformers | × CT2 float32 | greedy agrees |")
