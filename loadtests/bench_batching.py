@@ -93,8 +93,8 @@ def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
     texts = []
     for i in range(count):
         n = rng.choice([rng.randint(0, 99), rng.randint(100, 9_999), rng.randint(10_000, 999_999)])
-        texts.append(translator.source_text(num2words(n, lang="en"), LANGS[i % len(LANGS)]))
-    return [translator.tokenizer.encode(t) for t in texts]
+        texts.append((num2words(n, lang="en"), LANGS[i % len(LANGS)]))
+    return [translator.bundle.tokenizer.encode(text, target_lang=lang) for text, lang in texts]
 
 
 async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params) -> tuple[list[float], int]:
@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modes", default="continuous,request-level,one-at-a-time")
     args = p.parse_args(argv)
     translator = Translator.from_pretrained(args.model)
-    params = translator.decode_params(beam_size=args.beam_size, max_new_tokens=64)
+    params = translator.bundle.decode_params(beam_size=args.beam_size, max_new_tokens=64)
     translator.translate(["one"], target_lang="de")  # warm-up
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"torch {torch.__version__}; model {translator.name}; beams {params.num_beams}\n")
+          f"torch {torch.__version__}; model {translator.bundle.name}; beams {params.num_beams}\n")
     print("| clients | mode | requests/s | output tokens/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---|---|---|---|---|---|")
     for clients in map(int, args.clients.split(",")):

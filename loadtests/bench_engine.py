@@ -27,11 +27,7 @@ from pathlib import Path
 
 import torch
 
-from model.batch_decoder import BatchDecoder
-from model.checkpoint import load_model
-from model.quantize import quantize_int8
-from model.search import DecodeParams
-from model.translator import DTYPES
+from model import BatchDecoder, DecodeParams, load
 
 SOURCE_TOKENS, NEW_TOKENS = 24, 32
 OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
@@ -95,9 +91,7 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 
 class OursEngine:
     def __init__(self, path: Path, dtype: str = "float32"):
-        self.model, _ = load_model(path, dtype=DTYPES["float32" if dtype == "int8" else dtype])
-        if dtype == "int8":
-            self.model = quantize_int8(self.model)
+        self.model = load(path, dtype=dtype).network
         self.dtype, self.name = dtype, f"ours {dtype}"
         self.pad = self.model.config.pad_token_id
         self.step_seconds: list[float] = []  # of the last run

@@ -1,8 +1,21 @@
-"""Encoder-decoder Transformer for Marian checkpoints: model, tokenizer, incremental decoding."""
+"""Encoder-decoder Transformers for translation and text-to-text generation: the package surface.
 
-from .config import CheckpointError, GenerationDefaults, ModelConfig
+    bundle = model.load(path, device="cpu", dtype="float32")   # any supported family, by config.json
+    Translator(bundle).translate(["Hello."], target_lang="fr")
+
+Everything outside model/ (the server, the benchmarks) enters through the names below.
+"""
+
+from .architecture import ModelConfig
+from .batch_decoder import BatchDecoder, StepEvent
+from .bundle import CHOICES as DTYPE_CHOICES
+from .bundle import ModelBundle, Source, demo_model_dir, load, read_model_config
+from .config import GenerationDefaults
+from .errors import CheckpointError
+from .languages import UnsupportedLanguage
 from .search import DecodeParams, Hypothesis
 from .translator import Translation, Translator
 
-__all__ = ["CheckpointError", "DecodeParams", "GenerationDefaults", "Hypothesis", "ModelConfig", "Translation",
-           "Translator"]
+__all__ = ["BatchDecoder", "CheckpointError", "DTYPE_CHOICES", "DecodeParams", "GenerationDefaults", "Hypothesis",
+           "ModelBundle", "ModelConfig", "Source", "StepEvent", "Translation", "Translator", "UnsupportedLanguage",
+           "demo_model_dir", "load", "read_model_config"]

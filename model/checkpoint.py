@@ -1,8 +1,7 @@
-"""Hugging Face Marian checkpoints ↔ Seq2SeqTransformer, through one explicit key map.
+"""Hugging Face checkpoints ↔ Seq2SeqTransformer, through the family's explicit key map.
 
-Each of our tensors is built from one or more checkpoint tensors concatenated along dim 0 (the fused Q/K/V
-and K/V projections); each part lists the checkpoint keys that may hold it (tied embeddings appear under
-several names). Loading checks every key and shape and names the file and key on any mismatch.
+Loading checks every key and shape and names the file and key on any mismatch. Weights are read with
+safetensors, or torch.load(weights_only=True) for .bin: no arbitrary unpickling.
 """
 
 from __future__ import annotations
@@ -10,56 +9,19 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from .architecture import ModelConfig
 from .cpu_kernels import use_onednn_linears
-from .config import CheckpointError, GenerationDefaults, ModelConfig, load_configs
+from .errors import CheckpointError
+from .families.layout import OUTPUT_BIAS, Parts
 from .transformer import Seq2SeqTransformer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Present in some checkpoints, recomputed here (sinusoids).
-IGNORED_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
-OUTPUT_BIAS = "lm_head.bias"  # Marian's final_logits_bias
-
-Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys
-
-
-def key_map(config: ModelConfig) -> dict[str, Parts]:
-    """Our state-dict key → the checkpoint keys it is made of."""
-    out: dict[str, Parts] = {}
-
-    def add(ours: str, theirs: list[str], suffixes=("weight", "bias")) -> None:
-        for suffix in suffixes:
-            out[f"{ours}.{suffix}"] = tuple((f"{t}.{suffix}",) for t in theirs)
-
-    for side, n_layers in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
-        for i in range(n_layers):
-            ours, theirs = f"{side}_layers.{i}", f"model.{side}.layers.{i}"
-            add(f"{ours}.self_attn.qkv_proj", [f"{theirs}.self_attn.{p}_proj" for p in "qkv"])
-            add(f"{ours}.self_attn.out_proj", [f"{theirs}.self_attn.out_proj"])
-            add(f"{ours}.self_attn_layer_norm", [f"{theirs}.self_attn_layer_norm"])
-            add(f"{ours}.ffn.fc1", [f"{theirs}.fc1"])
-            add(f"{ours}.ffn.fc2", [f"{theirs}.fc2"])
-            add(f"{ours}.final_layer_norm", [f"{theirs}.final_layer_norm"])
-            if side == "decoder":
-                add(f"{ours}.encoder_attn.q_proj", [f"{theirs}.encoder_attn.q_proj"])
-                add(f"{ours}.encoder_attn.kv_proj", [f"{theirs}.encoder_attn.{p}_proj" for p in "kv"])
-                add(f"{ours}.encoder_attn.out_proj", [f"{theirs}.encoder_attn.out_proj"])
-                add(f"{ours}.encoder_attn_layer_norm", [f"{theirs}.encoder_attn_layer_norm"])
-    lm_head_alias = ("lm_head.weight",) if config.tie_word_embeddings else ()
-    shared_alias = ("model.shared.weight",) if config.share_encoder_decoder_embeddings else ()
-    if config.one_embedding:
-        out["encoder_embed.weight"] = (("model.shared.weight", "model.encoder.embed_tokens.weight",
-                                        "model.decoder.embed_tokens.weight") + lm_head_alias,)
-    else:
-        out["encoder_embed.weight"] = (("model.encoder.embed_tokens.weight",) + shared_alias,)
-        out["decoder_embed.weight"] = (("model.decoder.embed_tokens.weight",) + shared_alias + lm_head_alias,)
-    if not config.tie_word_embeddings:
-        out["lm_head.weight"] = (("lm_head.weight",),)
-    out[OUTPUT_BIAS] = (("final_logits_bias",),)
-    return out
+KeyMap = Callable[[ModelConfig], dict[str, Parts]]
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -79,15 +41,13 @@ def weights_path(model_dir: Path) -> Path:
     raise CheckpointError(f"{model_dir}: no weights file ({' or '.join(WEIGHT_FILES)})")
 
 
-def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32) -> tuple[Seq2SeqTransformer, GenerationDefaults]:
-    model_dir = Path(model_dir)
-    config, generation = load_configs(model_dir)
+def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Seq2SeqTransformer:
     path = weights_path(model_dir)
     state = read_state_dict(path)
     model = Seq2SeqTransformer(config)
     expected = model.state_dict()
-    loaded, used = {}, set(IGNORED_KEYS)
+    loaded, used = {}, set(ignored)
     for ours, parts in key_map(config).items():
         tensors = []
         for alternatives in parts:
@@ -117,11 +77,12 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu",
     model = model.to(device=device, dtype=dtype).eval()
     if model.device.type == "cpu" and dtype == torch.float32:
         use_onednn_linears(model)
-    return model, generation
+    return model
 
 
-def save_model(model: Seq2SeqTransformer, model_dir: str | Path, dtype: torch.dtype = torch.float32) -> None:
-    """Write config.json and model.safetensors in the Hugging Face Marian layout."""
+def save_network(model: Seq2SeqTransformer, model_dir: str | Path, config_json: dict, key_map: KeyMap,
+                 dtype: torch.dtype = torch.float32) -> None:
+    """Write config.json and model.safetensors in the family's Hugging Face layout."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     ours = model.state_dict()
@@ -133,4 +94,4 @@ def save_model(model: Seq2SeqTransformer, model_dir: str | Path, dtype: torch.dt
             state[alternatives[0]] = chunk.contiguous()
     save_file(state, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
     with open(model_dir / "config.json", "w", encoding="utf-8") as f:
-        json.dump(model.config.to_dict(), f, indent=2)
+        json.dump(config_json, f, indent=2)

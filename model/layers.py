@@ -1,4 +1,4 @@
-"""Building blocks of the Marian/"Attention Is All You Need" Transformer.
+"""Building blocks of the "Attention Is All You Need" Transformer, shared by every family.
 
 Dimensions: B batch rows, S source length, T target length, H heads, Dh head size, D model size, F FFN size.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,20 +18,6 @@ ACTIVATION_FNS = {
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
-    """Marian's layout: sin of all frequencies in the first half, cos in the second (not interleaved).
-
-    Computed in float64 like transformers, then rounded once to float32.
-    """
-    pos = np.arange(num_positions)[:, None]
-    angles = pos / np.power(10000, 2 * (np.arange(dim) // 2) / dim)  # (P, D)
-    sentinel = (dim + 1) // 2
-    out = np.empty((num_positions, dim))
-    out[:, :sentinel] = np.sin(angles[:, 0::2])
-    out[:, sentinel:] = np.cos(angles[:, 1::2])
-    return torch.tensor(out, dtype=torch.float32)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -99,44 +84,70 @@ class FeedForward(nn.Module):
         return self.fc2(self.activation(self.fc1(x)))
 
 
-class EncoderLayer(nn.Module):
-    """Post-norm: x = LN(x + SelfAttn(x)); x = LN(x + FFN(x))."""
+class Sublayers(nn.Module):
+    """Residual sub-layers with the norm before (pre-norm: x + f(LN(x))) or after (post-norm: LN(x + f(x)))."""
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, dropout: float = 0.0):
+    def __init__(self, pre_norm: bool, dropout: float):
         super().__init__()
+        self.pre_norm = pre_norm
+        self.dropout = nn.Dropout(dropout)
+
+    def enter(self, norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+        """The input a sub-layer computes on."""
+        return norm(x) if self.pre_norm else x
+
+    def leave(self, norm: nn.LayerNorm, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The residual stream after a sub-layer whose output is `out`."""
+        out = self.dropout(out)
+        return x + out if self.pre_norm else norm(x + out)
+
+
+class EncoderLayer(Sublayers):
+    """Self-attention and feed-forward, each a residual sub-layer."""
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, pre_norm: bool,
+                 dropout: float = 0.0):
+        super().__init__(pre_norm, dropout)
         self.self_attn = SelfAttention(d_model, num_heads)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, ffn_dim, activation)
         self.final_layer_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        x = self.self_attn_layer_norm(x + self.dropout(self.self_attn(x, attn_mask)))
-        return self.final_layer_norm(x + self.dropout(self.ffn(x)))
+        norm = self.self_attn_layer_norm
+        x = self.leave(norm, x, self.self_attn(self.enter(norm, x), attn_mask))
+        norm = self.final_layer_norm
+        return self.leave(norm, x, self.ffn(self.enter(norm, x)))
 
 
-class DecoderLayer(nn.Module):
-    """Post-norm: causal self-attention, cross-attention over the encoder output, feed-forward."""
+class DecoderLayer(Sublayers):
+    """Causal self-attention, cross-attention over the encoder output, feed-forward."""
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, dropout: float = 0.0):
-        super().__init__()
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, pre_norm: bool,
+                 dropout: float = 0.0):
+        super().__init__(pre_norm, dropout)
         self.self_attn = SelfAttention(d_model, num_heads)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
         self.encoder_attn = CrossAttention(d_model, num_heads)
         self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, ffn_dim, activation)
         self.final_layer_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+
+    def self_attention_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self.enter(self.self_attn_layer_norm, x)
 
     def post_self_attention(self, x, attn_out, cross_k, cross_v, cross_mask):
         """Everything after the self-attention sub-layer; shared by the cached step and the full forward."""
-        x = self.self_attn_layer_norm(x + self.dropout(attn_out))
-        x = self.encoder_attn_layer_norm(x + self.dropout(self.encoder_attn(x, cross_k, cross_v, cross_mask)))
-        return self.final_layer_norm(x + self.dropout(self.ffn(x)))
+        x = self.leave(self.self_attn_layer_norm, x, attn_out)
+        norm = self.encoder_attn_layer_norm
+        x = self.leave(norm, x, self.encoder_attn(self.enter(norm, x), cross_k, cross_v, cross_mask))
+        norm = self.final_layer_norm
+        return self.leave(norm, x, self.ffn(self.enter(norm, x)))
 
     def forward(self, x, cross_k, cross_v, cross_mask):
         """Teacher-forced pass over a whole target prefix (training and the no-cache oracle)."""
-        return self.post_self_attention(x, self.self_attn(x, is_causal=True), cross_k, cross_v, cross_mask)
+        attn = self.self_attn(self.self_attention_input(x), is_causal=True)
+        return self.post_self_attention(x, attn, cross_k, cross_v, cross_mask)
 
 
 def embed_scale(d_model: int, scale_embedding: bool) -> float:

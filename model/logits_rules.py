@@ -1,7 +1,8 @@
-"""Rules applied to next-token scores before a search chooses: banned words, minimum length, forced </s>.
+"""Rules applied to next-token scores before a search chooses: banned words, minimum length, forced first
+token (the target language) and forced </s>.
 
-They mirror transformers' NoBadWords, MinNewTokensLength and ForcedEOSToken processors and are applied to a
-whole batch of rows at once.
+They mirror transformers' NoBadWords, MinNewTokensLength, ForcedBOSToken and ForcedEOSToken processors and are
+applied to a whole batch of rows at once.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
                 _ban_completions(scores, search, word)
         if search.eos_banned():
             eos_banned.extend((row, search.eos_id) for row in search.rows)
-        if search.forced_eos():
-            forced[search.params.forced_eos_token_id].extend(search.rows)
+        if (token := search.forced_token()) is not None:
+            forced[token].extend(search.rows)
     for token_ids, rows in banned_groups.items():
         scores[torch.tensor(rows)[:, None], torch.tensor(token_ids)[None, :]] = NEG_INF
     if eos_banned:

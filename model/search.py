@@ -30,6 +30,7 @@ class DecodeParams:
     top_p: float = 1.0
     seed: int | None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    forced_bos_token_id: int | None = None  # the first generated token (a target language), as transformers
     forced_eos_token_id: int | None = None
 
     def __post_init__(self):
@@ -79,8 +80,15 @@ class Search:
     def generated(self) -> int:
         return self.cur_len - 1
 
-    def forced_eos(self) -> bool:
-        return self.params.forced_eos_token_id is not None and self.cur_len == self.max_length - 1
+    def forced_token(self) -> int | None:
+        """The token this step must produce: </s> at the last step (wins, as transformers applies it last),
+        else the forced first token at the first step."""
+        p = self.params
+        if p.forced_eos_token_id is not None and self.cur_len == self.max_length - 1:
+            return p.forced_eos_token_id
+        if p.forced_bos_token_id is not None and self.cur_len == 1:
+            return p.forced_bos_token_id
+        return None
 
     def eos_banned(self) -> bool:
         return self.generated() < self.params.min_new_tokens

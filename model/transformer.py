@@ -1,7 +1,10 @@
 """The encoder-decoder Transformer: encode once, decode_step per token on a KV cache, forward as the oracle.
 
+One network for every family; what differs (norm placement, positions, embedding and final norms, embedding
+scale, activation) comes from config.architecture.
+
 Dimensions: B batch rows, S source length, T target length, L layers, H heads, Dh head size, D model size,
-V target vocabulary.
+V target vocabulary, n live decoder rows.
 """
 
 from __future__ import annotations
@@ -9,29 +12,40 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import ModelConfig
+from .architecture import ModelConfig
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, embed_scale, sinusoidal_positions
+from .layers import DecoderLayer, EncoderLayer, embed_scale
+from .positions import position_embeddings
+
+
+def optional_norm(enabled: bool, d_model: int) -> nn.Module:
+    return nn.LayerNorm(d_model) if enabled else nn.Identity()
 
 
 class Seq2SeqTransformer(nn.Module):
     def __init__(self, config: ModelConfig, dropout: float = 0.0):
         super().__init__()
         self.config = config
-        d = config.d_model
-        self.embed_scale = embed_scale(d, config.scale_embedding)
+        arch, d = config.architecture, config.d_model
+        self.embed_scale = embed_scale(d, arch.scale_embedding)
         self.encoder_embed = nn.Embedding(config.vocab_size, d)
-        self.decoder_embed = (self.encoder_embed if config.one_embedding
+        self.decoder_embed = (self.encoder_embed if config.shared_embeddings
                               else nn.Embedding(config.target_vocab_size, d))
-        self.register_buffer("positions", sinusoidal_positions(config.max_position_embeddings, d), persistent=False)
+        self.encoder_positions, self.decoder_positions = position_embeddings(config)
+        self.encoder_embed_norm = optional_norm(arch.embedding_norm, d)
+        self.decoder_embed_norm = optional_norm(arch.embedding_norm, d)
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d, config.encoder_attention_heads, config.encoder_ffn_dim, config.activation_function, dropout)
+            EncoderLayer(d, config.encoder_attention_heads, config.encoder_ffn_dim, arch.activation, arch.pre_norm,
+                         dropout)
             for _ in range(config.encoder_layers))
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d, config.decoder_attention_heads, config.decoder_ffn_dim, config.activation_function, dropout)
+            DecoderLayer(d, config.decoder_attention_heads, config.decoder_ffn_dim, arch.activation, arch.pre_norm,
+                         dropout)
             for _ in range(config.decoder_layers))
-        # The output bias is Marian's final_logits_bias: fixed (not trained), zero when a checkpoint has none,
-        # and added inside the output matmul rather than in a second pass over (n, V) logits.
+        self.encoder_norm = optional_norm(arch.final_norms, d)
+        self.decoder_norm = optional_norm(arch.final_norms, d)
+        # The output bias is final_logits_bias (Marian, mBART, BART): fixed (not trained), zero when a checkpoint
+        # has none, and added inside the output matmul rather than in a second pass over (n, V) logits.
         self.lm_head = nn.Linear(d, config.target_vocab_size)
         nn.init.zeros_(self.lm_head.bias)
         self.lm_head.bias.requires_grad_(False)
@@ -41,22 +55,23 @@ class Seq2SeqTransformer(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.positions.device
+        return self.encoder_embed.weight.device  # embeddings stay float under int8
 
     @property
     def dtype(self) -> torch.dtype:
         return self.encoder_embed.weight.dtype
 
-    def _embed(self, embedding: nn.Embedding, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.dropout(embedding(ids) * self.embed_scale + self.positions[positions])
+    def _embed(self, embedding: nn.Embedding, norm: nn.Module, ids: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor:
+        return self.dropout(norm(embedding(ids) * self.embed_scale + positions))
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D)."""
-        x = self._embed(self.encoder_embed, src_ids, torch.arange(src_ids.shape[1], device=src_ids.device))
+        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src_ids, self.encoder_positions(src_ids))
         attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
-        return x
+        return self.encoder_norm(x)
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of every decoder layer, computed once per source: 2 × (L, B, H, S, Dh)."""
@@ -64,13 +79,13 @@ class Seq2SeqTransformer(nn.Module):
         return torch.stack([k for k, _ in kvs]), torch.stack([v for _, v in kvs])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)  # (..., V)
+        return self.lm_head(self.decoder_norm(hidden))  # (..., V)
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V) for decoder inputs tgt_ids (B, T); no cache."""
         memory = self.encode(src_ids, src_mask)
         cross_mask = src_mask[:, None, None, :]
-        x = self._embed(self.decoder_embed, tgt_ids, torch.arange(tgt_ids.shape[1], device=tgt_ids.device))
+        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tgt_ids, self.decoder_positions(tgt_ids))
         for layer in self.decoder_layers:
             k, v = layer.encoder_attn.project_memory(memory)
             x = layer(x, k, v, cross_mask)
@@ -84,17 +99,18 @@ class Seq2SeqTransformer(nn.Module):
 
     def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                     target_len: int, source_len: int) -> torch.Tensor:
-        """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V).
-
-        target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
+        """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V). positions are indices
+        into the target sequence (the cache slot; the start token is 0); the family's position embedding maps
+        them. target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
         """
         n = tokens.shape[0]
-        x = self._embed(self.decoder_embed, tokens, positions)[:, None, :]  # (n, 1, D)
+        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tokens,
+                        self.decoder_positions.step(tokens, positions))[:, None, :]  # (n, 1, D)
         self_mask = (torch.arange(target_len, device=tokens.device)[None, :] <= positions[:, None])
         self_mask = self_mask[:, None, None, :]  # (n, 1, 1, T)
         cross_mask = cache.source_mask[:n, None, None, :source_len]  # (n, 1, 1, S)
         for i, layer in enumerate(self.decoder_layers):
-            q, k, v = layer.self_attn.project(x)  # (n, H, 1, Dh)
+            q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
             cache.write_step(i, n, positions, k[:, :, 0], v[:, :, 0])
             attn = layer.self_attn.attend(q, cache.self_k[i, :n, :, :target_len], cache.self_v[i, :n, :, :target_len],
                                           self_mask)

@@ -1,6 +1,10 @@
 """Command-line translator: one source line in, one translation line out, in input order.
 
-    python -m model.translate [--model DIR] [--target-lang XX] [--beam-size N] [--input FILE] [--output FILE]
+    python -m model.translate [--model DIR] [--source-lang XX] [--target-lang XX] [--beam-size N]
+                              [--input FILE] [--output FILE]
+
+Every supported family (Marian, M2M100, NLLB-200, mBART-50); language codes may be the model's own
+(fra_Latn, fr_XX, >>fra<<) or ISO 639-1 / 639-3 (fr, fra).
 """
 
 from __future__ import annotations
@@ -10,14 +14,17 @@ import sys
 
 from tqdm import tqdm
 
-from .config import CheckpointError
-from .translator import CHOICES, Translator
+from .bundle import CHOICES
+from .errors import CheckpointError
+from .translator import Translator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m model.translate", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="Marian checkpoint directory (default: the embedded demo model)")
-    p.add_argument("--target-lang", help="target language code; prepends >>XX<< to every line")
+    p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
+    p.add_argument("--source-lang", help="source language code (default: the model's default source)")
+    p.add_argument("--target-lang", help="target language code (a multilingual model's >>xx<< code, or the "
+                                         "target language token forced first)")
     p.add_argument("--beam-size", type=int, help="beams (default: the model's generation config)")
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--max-new-tokens", type=int)
@@ -48,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = sys.stdin.read().splitlines()
         bar = tqdm(total=len(lines), file=sys.stderr, unit="line", disable=not args.input)
         translations = translator.translate(
-            lines, target_lang=args.target_lang, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+            lines, source_lang=args.source_lang, target_lang=args.target_lang, beam_size=args.beam_size,
+            max_new_tokens=args.max_new_tokens,
             length_penalty=args.length_penalty, batch_size=args.batch_size, progress=bar.update)
         bar.close()
     except (CheckpointError, ValueError, OSError) as e:

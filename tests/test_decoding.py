@@ -4,11 +4,7 @@ import pytest
 import torch
 from marian_fixtures import SENTENCES
 
-from model import Translator
-from model.batch_decoder import BatchDecoder
-from model.checkpoint import load_model
-from model.search import DecodeParams
-from model.tokenizer import MarianTokenizer
+from model import BatchDecoder, DecodeParams, Translator, load
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +14,8 @@ def translator(checkpoint):
 
 def test_cached_steps_equal_full_redecoding(checkpoint):
     """Greedy decoding on the KV cache gives, at every step, the logits of a full teacher-forced pass."""
-    model, _ = load_model(checkpoint)
-    tok = MarianTokenizer.from_pretrained(checkpoint)
+    bundle = load(checkpoint)
+    model, tok = bundle.network, bundle.tokenizer
     sources = [tok.encode(s) for s in SENTENCES]
     src = torch.full((len(sources), max(map(len, sources))), model.config.pad_token_id)
     for i, ids in enumerate(sources):
@@ -52,10 +48,10 @@ def test_requests_join_and_leave_between_steps(translator):
     """Rows freed by finished requests are refilled; compaction keeps every request's output intact."""
     alone = {i: translator.translate([s], beam_size=2, max_new_tokens=25)[0].token_ids
              for i, s in enumerate(SENTENCES)}
-    decoder = BatchDecoder(translator.model, capacity=5, max_source_len=128, max_target_len=26)
+    decoder = BatchDecoder(translator.bundle.network, capacity=5, max_source_len=128, max_target_len=26)
     params = [DecodeParams(max_new_tokens=25, num_beams=2 if i % 2 else 1, forced_eos_token_id=0,
-                           bad_words_ids=((translator.tokenizer.pad_id,),)) for i in range(len(SENTENCES))]
-    sources = [translator.tokenizer.encode(s) for s in SENTENCES]
+                           bad_words_ids=((translator.bundle.tokenizer.pad_id,),)) for i in range(len(SENTENCES))]
+    sources = [translator.bundle.tokenizer.encode(s) for s in SENTENCES]
     pending, results = list(range(len(SENTENCES))), {}
     while pending or decoder.searches:
         while pending and decoder.free_rows >= params[pending[0]].num_beams:
@@ -72,10 +68,10 @@ def test_requests_join_and_leave_between_steps(translator):
 
 
 def test_cancel_frees_rows_and_spares_the_others(translator):
-    tok = translator.tokenizer
+    tok = translator.bundle.tokenizer
     params = DecodeParams(max_new_tokens=20, bad_words_ids=((tok.pad_id,),), forced_eos_token_id=0)
     expected = translator.translate(SENTENCES[:3], max_new_tokens=20)
-    decoder = BatchDecoder(translator.model, capacity=8, max_source_len=128, max_target_len=21)
+    decoder = BatchDecoder(translator.bundle.network, capacity=8, max_source_len=128, max_target_len=21)
     decoder.admit([(i, tok.encode(s), params) for i, s in enumerate(SENTENCES[:4])])
     decoder.step()
     decoder.cancel(3)
@@ -90,7 +86,7 @@ def test_cancel_frees_rows_and_spares_the_others(translator):
 
 
 def test_admit_rejects_a_key_already_decoding(translator):
-    decoder = BatchDecoder(translator.model, capacity=4, max_source_len=32, max_target_len=8)
+    decoder = BatchDecoder(translator.bundle.network, capacity=4, max_source_len=32, max_target_len=8)
     params = DecodeParams(max_new_tokens=5)
     decoder.admit([("a", [5, 0], params)])
     with pytest.raises(ValueError):
@@ -119,9 +115,9 @@ def test_min_new_tokens_and_max_new_tokens(translator):
     for t in translator.translate(SENTENCES[:3], beam_size=1, max_new_tokens=7, min_new_tokens=5):
         assert 5 <= len(t.token_ids) <= 7
         if len(t.token_ids) == 7:
-            assert t.token_ids[-1] == translator.tokenizer.eos_id  # forced </s> at the limit, as transformers
+            assert t.token_ids[-1] == translator.bundle.tokenizer.eos_id  # forced </s> at the limit, as transformers
             assert t.finish_reason == "length"
-    pad = translator.tokenizer.pad_id
+    pad = translator.bundle.tokenizer.pad_id
     assert all(pad not in t.token_ids for t in translator.translate(SENTENCES, beam_size=3, max_new_tokens=20))
 
 
@@ -129,7 +125,7 @@ def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
     """Loading for the CPU routes float32 Linears through oneDNN: same logits, names, and tied weights."""
     from model.cpu_kernels import OneDNNLinear, use_onednn_linears
 
-    model, _ = load_model(checkpoint)
+    model = load(checkpoint).network
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
     assert isinstance(model.lm_head, OneDNNLinear)

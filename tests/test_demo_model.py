@@ -9,9 +9,8 @@ from num2words import num2words
 from transformers import MarianMTModel
 from transformers import MarianTokenizer as HFTokenizer
 
-from model import Translator
+from model import Translator, demo_model_dir
 from model.demo.data import LANGUAGES, held_out_numbers, target_text
-from model.translator import demo_model_dir
 
 
 def test_transformers_loads_the_checkpoint_and_agrees_on_20_numbers():

@@ -6,8 +6,7 @@ from marian_fixtures import SENTENCES, VARIANTS
 from transformers import MarianMTModel
 from transformers import MarianTokenizer as HFTokenizer
 
-from model.checkpoint import load_model
-from model.tokenizer import MarianTokenizer
+from model import load
 from model.translate import main as translate_cli
 
 MAX_NEW_TOKENS = 40
@@ -29,14 +28,14 @@ def run_cli(path, tmp_path, lines, *args) -> list[str]:
 
 def test_token_ids_match(variant):
     path, _, hf_tok = variant
-    ours = MarianTokenizer.from_pretrained(path)
+    ours = load(path, weights=False).tokenizer
     for text in SENTENCES + ["", "</s> mid <unk> specials <pad>", ">>fr<<no space", ">>xx<< unknown code"]:
         assert ours.encode(text) == hf_tok(text)["input_ids"], text
 
 
 def test_decoder_logits_match(variant):
     path, hf_model, hf_tok = variant
-    ours, _ = load_model(path)
+    ours = load(path).network
     batch = hf_tok(SENTENCES, return_tensors="pt", padding=True)
     torch.manual_seed(0)
     tgt = torch.randint(3, hf_model.config.decoder_vocab_size - 1, (len(SENTENCES), 9))

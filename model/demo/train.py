@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..checkpoint import save_model
-from ..config import ModelConfig
-from ..tokenizer import MarianTokenizer
+from ..architecture import ModelConfig
+from ..checkpoint import save_network
+from ..families import marian
+from ..families.marian import MarianTokenizer
 from ..transformer import Seq2SeqTransformer
 from .data import LANGUAGES, held_out_numbers, training_pairs
 
@@ -79,12 +80,12 @@ def length_buckets(src: torch.Tensor, tgt: torch.Tensor, pad: int, batch_size: i
 
 def model_config(vocab: dict[str, int]) -> ModelConfig:
     pad = vocab["<pad>"]
-    return ModelConfig(
+    return marian.model_config(dict(
         vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=256, encoder_layers=3, decoder_layers=3,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
         max_position_embeddings=512, activation_function="swish", scale_embedding=True,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=pad,
-        eos_token_id=vocab["</s>"], decoder_start_token_id=pad, forced_eos_token_id=vocab["</s>"])
+        eos_token_id=vocab["</s>"], decoder_start_token_id=pad, forced_eos_token_id=vocab["</s>"]), "demo config")
 
 
 def learning_rate(step: int, progress: float, peak: float, warmup: int) -> float:
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
     bar.close()
     model.eval()
-    save_model(model.cpu(), out, dtype=torch.float16)
+    save_network(model.cpu(), out, marian.config_json(config), marian.FAMILY.key_map, dtype=torch.float16)
     write_generation_config(out, pad, config.eos_token_id)
     print(f"{step} steps in {time.monotonic() - start:.0f} s; checkpoint written to {out}")
 

@@ -1,0 +1,137 @@
+"""The door into model/: load(path) reads config.json's model_type and returns a family-neutral ModelBundle.
+
+A bundle holds the network (encode, cross_kv, new_cache, decode_step, and the teacher-forced forward oracle),
+the tokenizer with its language policy, and the generation defaults. Everything above it (the Translator,
+the server) works the same for every family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .architecture import ModelConfig
+from .checkpoint import load_network
+from .config import GenerationDefaults, read_generation_defaults, read_json
+from .errors import CheckpointError
+from .families import Family, Languages, Tokenizer, family_for
+from .languages import match_language
+from .quantize import quantize_int8
+from .search import DecodeParams
+from .transformer import Seq2SeqTransformer
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CHOICES = (*DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
+
+
+def demo_model_dir() -> Path:
+    """The embedded demo checkpoint shipped inside the package."""
+    path = Path(__file__).parent / "demo" / "checkpoint"
+    if not (path / "config.json").exists():
+        raise CheckpointError(f"{path}: the embedded demo model is missing; pass a model directory")
+    return path
+
+
+@dataclass(frozen=True)
+class Source:
+    """One text ready for the engine: encoder ids and the token forced first (the target language), if any."""
+
+    ids: list[int]
+    forced_bos: int | None
+
+
+@dataclass
+class ModelBundle:
+    name: str
+    family: str
+    config: ModelConfig
+    network: Seq2SeqTransformer | None  # None when loaded without weights
+    tokenizer: Tokenizer
+    generation: GenerationDefaults
+    normalize: Callable[[str], str] | None = None  # Moses punctuation normalization, opt-in
+
+    @property
+    def languages(self) -> Languages:
+        return self.tokenizer.languages
+
+    @property
+    def max_positions(self) -> int:
+        return self.config.max_position_embeddings
+
+    def resolve_languages(self, source_lang: str | None, target_lang: str | None) -> tuple[str | None, str | None]:
+        """User codes (ISO 639-1/639-3, BCP-47, the model's own) → the model's codes; a missing one takes the
+        model's default. Raises UnsupportedLanguage naming the field and the supported codes."""
+        langs = self.languages
+        source = langs.default_source if source_lang is None else (
+            match_language(source_lang, langs.source, "source_lang") if langs.source else source_lang)
+        target = langs.default_target if target_lang is None else match_language(target_lang, langs.target,
+                                                                                  "target_lang")
+        return source, target
+
+    def source(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> Source:
+        """`text` for resolved (model) codes → encoder ids and the forced first token."""
+        if self.normalize is not None and text:
+            text = self.normalize(text)
+        forced = self.tokenizer.forced_bos(target_lang)
+        return Source(self.tokenizer.encode(text, source_lang, target_lang),
+                      self.generation.forced_bos_token_id if forced is None else forced)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    def decode_params(self, beam_size: int | None = None, max_new_tokens: int | None = None,
+                      length_penalty: float | None = None, n_best: int = 1, **overrides) -> DecodeParams:
+        """The model's generation defaults with the caller's choices over them."""
+        g = self.generation
+        sampling = overrides.get("do_sample", g.do_sample)
+        params = DecodeParams(
+            max_new_tokens=max_new_tokens or g.max_new_tokens,
+            min_new_tokens=g.min_new_tokens,
+            num_beams=beam_size or (1 if sampling else g.num_beams),
+            length_penalty=g.length_penalty if length_penalty is None else length_penalty,
+            early_stopping=g.early_stopping,
+            num_return_sequences=n_best,
+            do_sample=sampling,
+            temperature=g.temperature,
+            top_k=g.top_k,
+            top_p=g.top_p,
+            bad_words_ids=g.bad_words_ids,
+            forced_eos_token_id=g.forced_eos_token_id,
+        )
+        return replace(params, **overrides)
+
+
+def read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
+    """(family, ModelConfig) of a checkpoint directory, without reading weights."""
+    config_path = model_dir / "config.json"
+    raw = read_json(config_path)
+    family = family_for(raw.get("model_type"), config_path)
+    return family, family.model_config(raw, str(config_path))
+
+
+def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
+         normalize_punctuation: bool = False, weights: bool = True) -> ModelBundle:
+    """A checkpoint directory (None: the embedded demo model) → ModelBundle. weights=False loads only the
+    tokenizer and configs (network None), to describe a model without its memory."""
+    model_dir = Path(path) if path is not None else demo_model_dir()
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir}: not a model directory")
+    if dtype not in CHOICES:
+        raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
+    family, config = read_model_config(model_dir)
+    generation = read_generation_defaults(model_dir, config)
+    tokenizer = family.load_tokenizer(model_dir, config)
+    network = None
+    if weights:
+        network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
+                               dtype=DTYPES.get(dtype, torch.float32))
+        if dtype == "int8":
+            network = quantize_int8(network)
+    normalize = None
+    if normalize_punctuation:
+        from sacremoses import MosesPunctNormalizer
+        normalize = MosesPunctNormalizer(tokenizer.languages.default_source or "en").normalize
+    return ModelBundle(model_dir.name, family.name, config, network, tokenizer, generation, normalize)
