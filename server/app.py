@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from typing import Protocol
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import metrics
+from .domain import ModelInfo
 from .errors import BadBody, BodyTooLarge, InvalidRequest, ServerError, Unauthorized
-from .schemas import GenerateRequest, GenerateResponse, ModelCard, ModelList, TranslateRequest, TranslateResponse
+from .native import add_native_routes
 from .service import ModelService
 from .settings import Settings
 
@@ -28,11 +27,16 @@ class ModelProvider(Protocol):
     async def get(self, name: str | None, source_lang: str | None = None,
                   target_lang: str | None = None) -> ModelService: ...
 
-    def cards(self) -> list[ModelCard]: ...
+    def models(self) -> list[ModelInfo]: ...
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]: ...
 
     def metrics_text(self) -> bytes: ...
+
+
+def error_response(error: ServerError) -> JSONResponse:
+    """The native error shape: {"error": {"code", "message", "field"?, "limit"?}} with the error's status."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
 
 class BodyGuard:
@@ -48,7 +52,7 @@ class BodyGuard:
         chunks, size = [], 0
         declared = dict(scope["headers"]).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._too_large().response()(scope, receive, send)
+            return await error_response(self._too_large())(scope, receive, send)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -56,7 +60,7 @@ class BodyGuard:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._too_large().response()(scope, receive, send)
+                return await error_response(self._too_large())(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
@@ -64,7 +68,7 @@ class BodyGuard:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
             error = BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body")
-            return await error.response()(scope, receive, send)
+            return await error_response(error)(scope, receive, send)
         replayed = False
 
         async def replay():
@@ -92,29 +96,6 @@ def validation_error(exc: RequestValidationError) -> ServerError:
     return InvalidRequest(f"{field}: {first['msg']}", field=field, limit=limit)
 
 
-async def until_disconnect(request: Request, work):
-    """Run `work`; if the client hangs up first, cancel it (its sequences leave the batch)."""
-    task = asyncio.ensure_future(work)
-
-    async def disconnected():
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
-    finally:
-        task.cancel()
-        watch.cancel()
-
-
-def sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-
 def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app = FastAPI(title="seq2seq-serve", version="0.1.0",
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
@@ -133,16 +114,16 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
 
     @app.exception_handler(ServerError)
     async def server_error(_: Request, exc: ServerError):
-        return exc.response()
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError):
-        return validation_error(exc).response()
+        return error_response(validation_error(exc))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception):
         log.exception("unhandled error")
-        return ServerError(f"internal error: {type(exc).__name__}").response()
+        return error_response(ServerError(f"internal error: {type(exc).__name__}"))
 
     def authorize(request: Request) -> None:
         if not settings.api_keys:
@@ -151,44 +132,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
         if scheme.lower() != "bearer" or key not in settings.api_keys:
             raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
 
-    @app.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True,
-              dependencies=[Depends(authorize)])
-    async def translate(body: TranslateRequest, request: Request):
-        service = await provider.get(body.model, body.source_lang, body.target_lang)
-        return await until_disconnect(request, service.translate(body))
-
-    @app.post("/v1/generate", response_model=GenerateResponse, dependencies=[Depends(authorize)],
-              responses={200: {"content": {"text/event-stream": {}}}})
-    async def generate(body: GenerateRequest, request: Request):
-        service = await provider.get(body.model)
-        if not body.stream:
-            return await until_disconnect(request, service.generate(body))
-        events = service.generate_events(body)
-        first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
-
-        async def stream():
-            event = first
-            try:
-                while True:
-                    if event.finish_reason is None:
-                        yield sse({"text": event.text})
-                    else:
-                        yield sse({"text": "", "finish_reason": event.finish_reason,
-                                   "usage": event.usage.model_dump()})
-                        yield "data: [DONE]\n\n"
-                        return
-                    event = await anext(events)
-            except ServerError as e:
-                yield sse(e.body())
-            finally:
-                await events.aclose()
-
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(authorize)])
-    async def models():
-        return ModelList(models=provider.cards())
+    add_native_routes(app, provider, authorize)
 
     @app.get("/healthz")
     async def healthz():

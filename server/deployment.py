@@ -27,9 +27,9 @@ from . import metrics
 from .app import create_app
 from .errors import EngineFailed, QueueFull, ServerError
 from .local import load_service, resolve_device, services_health
-from .registry import ModelRegistry
-from .schemas import GenerateRequest, GenerateResponse, ModelCard, TranslateRequest, TranslateResponse
-from .service import ModelService, StreamEvent, model_limits
+from .domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
+from .registry import ModelRegistry, model_info
+from .service import ModelService
 from .settings import Settings
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -70,14 +70,14 @@ def model_server_class(max_models_per_replica: int):
         async def service(self) -> ModelService:
             return (await self.load(serve.get_multiplexed_model_id())).service
 
-        async def translate(self, req: TranslateRequest) -> TranslateResponse:
-            return await (await self.service()).translate(req)
+        async def translate(self, job: TranslationJob) -> TranslationResult:
+            return await (await self.service()).translate(job)
 
-        async def generate(self, req: GenerateRequest) -> GenerateResponse:
-            return await (await self.service()).generate(req)
+        async def generate(self, job: GenerationJob) -> GenerationResult:
+            return await (await self.service()).generate(job)
 
-        async def generate_stream(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
-            async for event in (await self.service()).generate_events(req):
+        async def generate_stream(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+            async for event in (await self.service()).generate_events(job):
                 yield event
 
         def health(self, stale_after_s: float) -> tuple[bool, str]:
@@ -119,20 +119,20 @@ class RemoteModel:
     def __init__(self, handle: DeploymentHandle, name: str):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
 
-    async def translate(self, req: TranslateRequest) -> TranslateResponse:
+    async def translate(self, job: TranslationJob) -> TranslationResult:
         try:
-            return await self.handle.translate.remote(req)
+            return await self.handle.translate.remote(job)
         except Exception as e:
             raise unwrap(e) from None
 
-    async def generate(self, req: GenerateRequest) -> GenerateResponse:
+    async def generate(self, job: GenerationJob) -> GenerationResult:
         try:
-            return await self.handle.generate.remote(req)
+            return await self.handle.generate.remote(job)
         except Exception as e:
             raise unwrap(e) from None
 
-    async def generate_events(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
-        stream = self.handle.options(stream=True).generate_stream.remote(req)
+    async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+        stream = self.handle.options(stream=True).generate_stream.remote(job)
         try:
             async for event in stream:
                 yield event
@@ -151,10 +151,8 @@ class RayModels:
     async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None):
         return RemoteModel(self.handle, self.registry.resolve(name, source_lang, target_lang))
 
-    def cards(self) -> list[ModelCard]:
-        limits = model_limits(self.settings)
-        return [ModelCard(id=e.name, languages=list(e.target_langs), default_beam_size=e.default_beams,
-                          limits=limits) for e in self.registry.entries.values()]
+    def models(self) -> list[ModelInfo]:
+        return [model_info(entry, self.settings) for entry in self.registry.entries.values()]
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]:
         try:

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from model.batch_decoder import BatchDecoder, StepEvent
-from model.translator import Translator
+from model import BatchDecoder, Seq2SeqTransformer, StepEvent
 
 from .scheduler import Plan
 
 
 class Engine:
-    def __init__(self, translator: Translator, max_rows: int, max_input_tokens: int, max_new_tokens: int):
-        self.translator = translator
+    def __init__(self, network: Seq2SeqTransformer, max_rows: int, max_input_tokens: int, max_new_tokens: int):
+        self.network = network
         self.max_rows, self.max_input_tokens, self.max_new_tokens = max_rows, max_input_tokens, max_new_tokens
         self.reset()
 
     def reset(self) -> None:
         """A fresh batch (after a failed step: whatever was in flight is gone)."""
-        self.decoder = BatchDecoder(self.translator.model, capacity=self.max_rows,
-                                    max_source_len=self.max_input_tokens, max_target_len=self.max_new_tokens + 1)
+        self.decoder = BatchDecoder(self.network, capacity=self.max_rows, max_source_len=self.max_input_tokens,
+                                    max_target_len=self.max_new_tokens + 1)
 
     @property
     def rows_in_use(self) -> int:

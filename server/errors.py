@@ -1,8 +1,9 @@
-"""Domain errors raised where a problem is found, and their one mapping to HTTP responses."""
+"""Domain errors raised where a problem is found: an HTTP status, a code, the field and the limit.
+
+Pure Python (the scheduler raises them); each API renders them in its own error shape.
+"""
 
 from __future__ import annotations
-
-from fastapi.responses import JSONResponse
 
 
 class ServerError(Exception):
@@ -21,9 +22,6 @@ class ServerError(Exception):
         if self.limit is not None:
             error["limit"] = self.limit
         return {"error": error}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers())
 
     def headers(self) -> dict[str, str]:
         return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}

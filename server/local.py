@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from prometheus_client import REGISTRY, generate_latest
 
-from model.translator import Translator
+from model import load
 
-from .registry import ModelEntry, ModelRegistry
-from .schemas import ModelCard
+from .domain import ModelInfo
+from .registry import ModelEntry, ModelRegistry, model_info
 from .service import ModelService
 from .settings import Settings
 
@@ -26,7 +26,7 @@ def resolve_device(settings: Settings) -> tuple[str, str]:
 
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     device, dtype = resolve_device(settings)
-    return ModelService(entry.name, Translator.from_pretrained(entry.path, device=device, dtype=dtype), settings)
+    return ModelService(entry.name, load(entry.path, device=device, dtype=dtype), settings)
 
 
 def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
@@ -40,15 +40,15 @@ def services_health(services: list[ModelService], stale_after_s: float) -> tuple
 
 class LocalModels:
     def __init__(self, settings: Settings, registry: ModelRegistry):
-        self.registry = registry
+        self.registry, self.settings = registry, settings
         self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
     async def get(self, name: str | None, source_lang: str | None = None,
                   target_lang: str | None = None) -> ModelService:
         return self.services[self.registry.resolve(name, source_lang, target_lang)]
 
-    def cards(self) -> list[ModelCard]:
-        return [s.card() for s in self.services.values()]
+    def models(self) -> list[ModelInfo]:
+        return [model_info(entry, self.settings) for entry in self.registry.entries.values()]
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]:
         return services_health(list(self.services.values()), stale_after_s)

@@ -49,11 +49,12 @@ class EngineLoop:
         return time.monotonic() - self.heartbeat
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def submit(self, sources: list[list[int]], params: DecodeParams) -> list[tuple[SeqRequest, asyncio.Queue]]:
-        """Queue one sequence per source (all or none: QueueFull); each gets a queue of its outputs."""
+    def submit(self, sources: list[tuple[list[int], DecodeParams]]) -> list[tuple[SeqRequest, asyncio.Queue]]:
+        """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
+        outputs."""
         loop = asyncio.get_running_loop()
         out = []
-        for ids in sources:
+        for ids, params in sources:
             queue: asyncio.Queue[Output] = asyncio.Queue()
             out.append((SeqRequest(ids, params, lambda o, q=queue: loop.call_soon_threadsafe(q.put_nowait, o)),
                         queue))

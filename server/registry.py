@@ -1,4 +1,4 @@
-"""The models a server may serve: names, checkpoint paths and languages, without loading any weights.
+"""The models a server may serve: names, checkpoint paths, families and languages, without loading weights.
 
 Built from checkpoint directories, or from directories of checkpoint directories (one model each).
 Requests name a model, or a language pair that resolves to one.
@@ -6,14 +6,14 @@ Requests name a model, or a language pair that resolves to one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model.config import load_configs
-from model.tokenizer import MarianTokenizer
-from model.translator import demo_model_dir, target_languages
+from model import UnsupportedLanguage, demo_model_dir, iso_code, load, match_language
 
+from .domain import LanguageInfo, ModelInfo
 from .errors import UnknownModel
+from .settings import Settings
 
 DEMO_MODEL_NAME = "demo-numbers"
 
@@ -22,16 +22,48 @@ DEMO_MODEL_NAME = "demo-numbers"
 class ModelEntry:
     name: str
     path: str
-    source_lang: str | None
+    family: str
+    source_langs: tuple[str, ...]  # the model's own codes; () = not declared
     target_langs: tuple[str, ...]
     default_beams: int
+    max_positions: int
+
+    @property
+    def pairs(self) -> int:
+        """How many language pairs the model serves: fewer = more specific (wins routing)."""
+        return max(len(self.source_langs), 1) * max(len(self.target_langs), 1)
+
+    def serves(self, source_lang: str | None, target_lang: str) -> bool:
+        try:
+            match_language(target_lang, self.target_langs, "target_lang")
+            if source_lang is not None and self.source_langs:
+                match_language(source_lang, self.source_langs, "source_lang")
+        except UnsupportedLanguage:
+            return False
+        return True
 
 
 def describe(name: str, path: Path) -> ModelEntry:
-    tokenizer = MarianTokenizer.from_pretrained(path)
-    _, generation = load_configs(path)
-    return ModelEntry(name, str(path), tokenizer.source_lang, tuple(target_languages(tokenizer)),
-                      generation.num_beams)
+    bundle = load(path, weights=False)
+    langs = bundle.languages
+    return ModelEntry(name, str(path), bundle.family, tuple(langs.source), tuple(langs.target),
+                      bundle.generation.num_beams, bundle.max_positions)
+
+
+def model_limits(settings: Settings, max_positions: int) -> Settings:
+    """The server's limits, clamped to what a model's positions allow (the one place this is computed)."""
+    return replace(settings, max_input_tokens=min(settings.max_input_tokens, max_positions),
+                   max_new_tokens=min(settings.max_new_tokens, max_positions - 1))
+
+
+def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
+    limits = model_limits(settings, entry.max_positions)
+    return ModelInfo(
+        id=entry.name, family=entry.family,
+        source_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.source_langs),
+        target_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.target_langs),
+        default_beam_size=entry.default_beams, max_texts=limits.max_texts, max_input_tokens=limits.max_input_tokens,
+        max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit)
 
 
 class ModelRegistry:
@@ -58,15 +90,16 @@ class ModelRegistry:
         return cls(entries)
 
     def resolve(self, model: str | None, source_lang: str | None = None, target_lang: str | None = None) -> str:
-        """The model to use: the one named, else the first that translates source_lang → target_lang, else the
-        default (which then reports what it supports)."""
+        """The model to use: the one named; else, of the models that translate source_lang → target_lang, the
+        most specific (a bilingual model over a many-to-many one; first registered on a tie); else the default
+        (which then reports what it supports)."""
         if model is not None:
             if model not in self.entries:
                 raise UnknownModel(f"model {model!r} is not served here; available: {', '.join(self.entries)}",
                                    field="model", limit=list(self.entries))
             return model
         if target_lang is not None:
-            for entry in self.entries.values():
-                if target_lang in entry.target_langs and source_lang in (None, entry.source_lang):
-                    return entry.name
+            serving = [e for e in self.entries.values() if e.serves(source_lang, target_lang)]
+            if serving:
+                return min(serving, key=lambda e: e.pairs).name
         return self.default

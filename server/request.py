@@ -6,9 +6,10 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from model import DecodeParams, Hypothesis
+if TYPE_CHECKING:  # annotations only: the scheduler's side stays free of torch
+    from model import DecodeParams, Hypothesis
 
 _ids = itertools.count(1)
 

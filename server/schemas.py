@@ -27,8 +27,8 @@ Texts = Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]], Field(
 class TranslateRequest(Strict):
     text: Texts
     _single: bool = PrivateAttr(False)
-    source_lang: str | None = Field(None, max_length=16)
-    target_lang: str | None = Field(None, max_length=16, examples=["de"])
+    source_lang: str | None = Field(None, max_length=32, examples=["en"])
+    target_lang: str | None = Field(None, max_length=32, examples=["de"])
     model: str | None = Field(None, max_length=200)
     beam_size: int | None = Field(None, ge=1, le=16)
     max_new_tokens: int | None = Field(None, ge=1)
@@ -100,9 +100,17 @@ class ModelLimits(BaseModel):
     max_beams: int
 
 
+class Language(BaseModel):
+    code: str = Field(description="the model's own code (fra_Latn, fr_XX, fr, fra)")
+    iso: str | None = Field(description="ISO 639-1 where the language has one, else ISO 639-3")
+
+
 class ModelCard(BaseModel):
     id: str
-    languages: list[str]
+    family: str
+    languages: list[str] = Field(description="target language codes (the model's own)")
+    source_languages: list[Language]
+    target_languages: list[Language]
     default_beam_size: int
     limits: ModelLimits
 

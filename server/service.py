@@ -1,119 +1,108 @@
-"""One served model: validates and tokenizes requests, submits them to its engine loop, assembles results."""
+"""One served model: validates and tokenizes domain jobs, submits them to its engine loop, assembles results."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import AsyncIterator
 
-from model import DecodeParams, Hypothesis
-from model.translator import Translator
+from model import DecodeParams, Hypothesis, ModelBundle, Source, UnsupportedLanguage
 
 from .detokenize import IncrementalDetokenizer
+from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TranslatedText,
+                     TranslationJob, TranslationResult)
 from .engine import Engine
 from .errors import InvalidRequest, RequestTimeout
 from .loop import EngineLoop
+from .registry import model_limits
 from .request import ErrorOutput, FinalOutput, TokenOutput
 from .scheduler import Scheduler
-from .schemas import (Alternative, GenerateRequest, GenerateResponse, ModelCard, ModelLimits, TranslateRequest,
-                      TranslateResponse, Translation, Usage)
 from .settings import Settings
 
 
-def model_limits(settings: Settings) -> ModelLimits:
-    return ModelLimits(max_texts=settings.max_texts, max_input_tokens=settings.max_input_tokens,
-                       max_new_tokens=settings.max_new_tokens, max_beams=settings.beam_limit)
-
-
-@dataclass
-class StreamEvent:
-    text: str = ""
-    finish_reason: str | None = None
-    usage: Usage | None = None
-
-
 class ModelService:
-    def __init__(self, name: str, translator: Translator, settings: Settings):
-        self.name, self.translator = name, translator
-        positions = translator.model.config.max_position_embeddings
-        # The server's limits, clamped to what the model's positions allow.
-        self.settings = replace(settings, max_input_tokens=min(settings.max_input_tokens, positions),
-                                max_new_tokens=min(settings.max_new_tokens, positions - 1))
-        settings = self.settings
-        engine = Engine(translator, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
+    def __init__(self, name: str, bundle: ModelBundle, settings: Settings):
+        self.name, self.bundle = name, bundle
+        self.settings = settings = model_limits(settings, bundle.max_positions)
+        engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
         scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests)
         self.loop = EngineLoop(engine, scheduler).start()
 
     def close(self) -> None:
         self.loop.stop()
 
-    def card(self) -> ModelCard:
-        return ModelCard(id=self.name, languages=self.translator.target_languages,
-                         default_beam_size=self.translator.generation.num_beams, limits=model_limits(self.settings))
-
     # ---- validation: every limit is checked before anything is queued -----------------------------------
-    def _encode(self, texts: list[str], target_lang: str | None, fields: list[str]) -> list[list[int]]:
-        """Token ids per text; `fields` names each text in error messages (text, text[3])."""
-        languages = self.translator.target_languages
-        if target_lang is not None and target_lang not in languages:
-            raise InvalidRequest(f"target_lang {target_lang!r} is not supported by model {self.name!r}; "
-                                 f"supported: {', '.join(languages) or 'none (the model has no language codes)'}",
-                                 field="target_lang", limit=languages)
-        sources = [self.translator.tokenizer.encode(self.translator.source_text(t, target_lang)) for t in texts]
-        for ids, name in zip(sources, fields):
-            if len(ids) > self.settings.max_input_tokens:
-                raise InvalidRequest(f"{name} has {len(ids)} tokens; at most {self.settings.max_input_tokens}",
+    def _languages(self, source_lang: str | None, target_lang: str | None) -> tuple[str | None, str | None]:
+        try:
+            return self.bundle.resolve_languages(source_lang, target_lang)
+        except UnsupportedLanguage as e:
+            raise InvalidRequest(f"{e} (model {self.name!r})", field=e.field, limit=list(e.supported)) from None
+
+    def _sources(self, texts: tuple[str, ...], fields: tuple[str, ...], source_lang: str | None,
+                 target_lang: str | None) -> list[Source]:
+        """Encoder ids per text; `fields` names each text in error messages (text, text[3])."""
+        sources = [self.bundle.source(t, source_lang, target_lang) for t in texts]
+        for source, name in zip(sources, fields):
+            if len(source.ids) > self.settings.max_input_tokens:
+                raise InvalidRequest(f"{name} has {len(source.ids)} tokens; at most {self.settings.max_input_tokens}",
                                      field=name, limit=self.settings.max_input_tokens)
         return sources
 
-    def _params(self, max_new_tokens: int | None, num_beams: int | None, n_best: int = 1, **kw) -> DecodeParams:
-        s = self.settings
-        if max_new_tokens is not None and max_new_tokens > s.max_new_tokens:
-            raise InvalidRequest(f"max_new_tokens {max_new_tokens} is above the limit {s.max_new_tokens}",
+    def _params(self, options: DecodeOptions, beams_field: str) -> DecodeParams:
+        s, generation = self.settings, self.bundle.generation
+        if options.max_new_tokens is not None and options.max_new_tokens > s.max_new_tokens:
+            raise InvalidRequest(f"max_new_tokens {options.max_new_tokens} is above the limit {s.max_new_tokens}",
                                  field="max_new_tokens", limit=s.max_new_tokens)
-        beams_limit = s.beam_limit
+        num_beams, beams_limit = options.num_beams, s.beam_limit
         if num_beams is not None and num_beams > beams_limit:
-            raise InvalidRequest(f"beams {num_beams} is above the limit {beams_limit}", field="beam_size",
+            raise InvalidRequest(f"{beams_field} {num_beams} is above the limit {beams_limit}", field=beams_field,
                                  limit=beams_limit)
-        # Model defaults (generation_config.json) above the server's limits are clamped to them.
-        sampling = kw.get("do_sample", self.translator.generation.do_sample)
-        if sampling and num_beams not in (None, 1):
-            raise InvalidRequest("sampling (requested, or the model's default) needs 1 beam", field="beam_size",
+        knobs = options.sampling_knobs
+        if knobs and num_beams not in (None, 1):
+            raise InvalidRequest("sampling (temperature, top_k, top_p, seed) needs 1 beam", field=beams_field,
                                  limit=1)
-        beams = min(num_beams or (1 if sampling else self.translator.generation.num_beams), beams_limit)
-        if n_best > beams:
-            raise InvalidRequest(f"n_best {n_best} exceeds the number of beams {beams}", field="n_best", limit=beams)
-        params = self.translator.decode_params(beam_size=beams, max_new_tokens=max_new_tokens, n_best=n_best, **kw)
+        overrides = dict(knobs, do_sample=True) if knobs else {}
+        sampling = overrides.get("do_sample", generation.do_sample)
+        if sampling and num_beams not in (None, 1):
+            raise InvalidRequest("the model samples by default; sampling needs 1 beam", field=beams_field, limit=1)
+        # Model defaults (generation_config.json) above the server's limits are clamped to them.
+        beams = min(num_beams or (1 if sampling else generation.num_beams), beams_limit)
+        if options.n_best > beams:
+            raise InvalidRequest(f"n_best {options.n_best} exceeds the number of beams {beams}", field="n_best",
+                                 limit=beams)
+        if options.length_penalty is not None:
+            overrides["length_penalty"] = options.length_penalty
+        params = self.bundle.decode_params(beam_size=beams, max_new_tokens=options.max_new_tokens,
+                                           n_best=options.n_best, **overrides)
         return replace(params, max_new_tokens=min(params.max_new_tokens, s.max_new_tokens))
 
-    # ---- requests ----------------------------------------------------------------------------------------
-    async def translate(self, req: TranslateRequest) -> TranslateResponse:
-        texts = req.text
-        if len(texts) > self.settings.max_texts:
-            raise InvalidRequest(f"text has {len(texts)} items; at most {self.settings.max_texts}", field="text",
-                                 limit=self.settings.max_texts)
-        params = self._params(req.max_new_tokens, req.beam_size, length_penalty=req.length_penalty,
-                              n_best=req.n_best)
-        non_empty = [i for i, t in enumerate(texts) if t.strip()]
-        names = [req.field_name(i) for i in non_empty]
-        sources = self._encode([texts[i] for i in non_empty], req.target_lang, names)
+    # ---- translation -------------------------------------------------------------------------------------
+    async def translate(self, job: TranslationJob) -> TranslationResult:
+        if len(job.texts) > self.settings.max_texts:
+            raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {self.settings.max_texts}",
+                                 field=job.texts_field, limit=self.settings.max_texts)
+        source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
+        params = self._params(job.options, job.beams_field)
+        non_empty = [i for i, t in enumerate(job.texts) if t.strip()]
+        sources = self._sources(tuple(job.texts[i] for i in non_empty), tuple(job.fields[i] for i in non_empty),
+                                source_lang, target_lang)
         finals = await self._run_all(sources, params)
-        translations = [Translation(text="") for _ in texts]
+        texts = [TranslatedText(text="", score=None) for _ in job.texts]
         for i, hyps in zip(non_empty, finals):
-            translations[i] = self._translation(hyps, req.return_scores)
-        usage = Usage(input_tokens=sum(map(len, sources)), output_tokens=sum(len(h[0].token_ids) for h in finals))
-        return TranslateResponse(model=self.name, translations=translations, usage=usage)
+            texts[i] = self._translated(hyps)
+        return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
+                                 input_tokens=sum(len(s.ids) for s in sources),
+                                 output_tokens=sum(len(h[0].token_ids) for h in finals))
 
-    def _translation(self, hyps: list[Hypothesis], with_scores: bool) -> Translation:
-        best = self.translator.translation(hyps)
-        alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in best.alternatives]
-        return Translation(text=best.text, score=best.score if with_scores else None,
-                           alternatives=alternatives or None)
+    def _translated(self, hyps: list[Hypothesis]) -> TranslatedText:
+        best, *others = hyps
+        return TranslatedText(text=self.bundle.decode(best.token_ids), score=best.score,
+                              alternatives=tuple(Candidate(self.bundle.decode(h.token_ids), h.score) for h in others))
 
-    async def _run_all(self, sources: list[list[int]], params: DecodeParams) -> list[list[Hypothesis]]:
+    async def _run_all(self, sources: list[Source], params: DecodeParams) -> list[list[Hypothesis]]:
         if not sources:
             return []
-        submitted = self.loop.submit(sources, params)
+        submitted = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos)) for s in sources])
 
         async def final(request, queue):
             async for output in self.loop.outputs(request, queue):
@@ -133,22 +122,15 @@ class ModelService:
             for task in tasks:
                 task.cancel()  # their `finally` cancels unfinished sequences and frees their rows
 
-    def _generate_params(self, req: GenerateRequest) -> DecodeParams:
-        # Any sampling knob asks for sampling; the ones not given come from the model's generation config.
-        knobs = {k: v for k, v in (("temperature", req.temperature), ("top_k", req.top_k), ("top_p", req.top_p),
-                                   ("seed", req.seed)) if v is not None}
-        if knobs and req.num_beams not in (None, 1):
-            raise InvalidRequest("sampling (temperature, top_k, top_p, seed) needs num_beams 1", field="num_beams",
-                                 limit=1)
-        return self._params(req.max_new_tokens, req.num_beams, **(dict(knobs, do_sample=True) if knobs else {}))
-
-    async def generate_events(self, req: GenerateRequest) -> AsyncIterator[StreamEvent]:
-        """Text pieces as they are decoded, then one event with finish_reason and usage."""
-        params = self._generate_params(req)
-        sources = self._encode([req.text], None, ["text"])
-        (request, queue), = self.loop.submit(sources, params)
-        detok = IncrementalDetokenizer(self.translator.tokenizer.decode)
-        stops = [s for s in req.stop or [] if s]
+    # ---- generation --------------------------------------------------------------------------------------
+    async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+        """Text pieces as they are decoded, then one event with finish_reason and token counts."""
+        params = self._params(job.options, job.beams_field)
+        source_lang, target_lang = self._languages(None, None)
+        source, = self._sources((job.text,), ("text",), source_lang, target_lang)
+        (request, queue), = self.loop.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
+        detok = IncrementalDetokenizer(self.bundle.decode)
+        stops = [s for s in job.stop if s]
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         outputs = self.loop.outputs(request, queue)
         try:
@@ -172,8 +154,8 @@ class ModelService:
                 if piece:
                     yield StreamEvent(text=piece)
                 if stopped or isinstance(output, FinalOutput):
-                    usage = Usage(input_tokens=len(sources[0]), output_tokens=len(detok.tokens))
-                    yield StreamEvent(finish_reason="stop" if stopped else reason, usage=usage)
+                    yield StreamEvent(finish_reason="stop" if stopped else reason, input_tokens=len(source.ids),
+                                      output_tokens=len(detok.tokens))
                     return
         finally:
             await outputs.aclose()
@@ -188,9 +170,10 @@ class ModelService:
             return False, piece
         return True, text_so_far[len(before): min(hits)]
 
-    async def generate(self, req: GenerateRequest) -> GenerateResponse:
+    async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None
-        async for event in self.generate_events(req):
+        async for event in self.generate_events(job):
             text += event.text
             last = event
-        return GenerateResponse(model=self.name, text=text, finish_reason=last.finish_reason, usage=last.usage)
+        return GenerationResult(model=self.name, text=text, finish_reason=last.finish_reason,
+                                input_tokens=last.input_tokens, output_tokens=last.output_tokens)

@@ -1,0 +1,110 @@
+"""Domain jobs and results: what every API (native, and later LibreTranslate and DeepL) maps its requests to.
+
+Plain dataclasses: they cross the Ray boundary cheaply and carry no HTTP or pydantic types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """What a request may choose; None = the model's generation defaults."""
+
+    max_new_tokens: int | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    n_best: int = 1
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    @property
+    def sampling_knobs(self) -> dict:
+        """The sampling knobs given; any of them asks for sampling."""
+        knobs = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed)
+        return {k: v for k, v in knobs.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class TranslationJob:
+    texts: tuple[str, ...]
+    fields: tuple[str, ...]  # how each text is named in errors: "text", "text[3]", "q[1]"
+    source_lang: str | None = None
+    target_lang: str | None = None
+    options: DecodeOptions = DecodeOptions()
+    texts_field: str = "text"  # the field holding the texts, for the count limit
+    beams_field: str = "beam_size"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class TranslatedText:
+    text: str
+    score: float | None  # None for an empty text (nothing decoded)
+    alternatives: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True)
+class TranslationResult:
+    model: str
+    texts: tuple[TranslatedText, ...]
+    source_lang: str | None  # the model's codes used
+    target_lang: str | None
+    input_tokens: int
+    output_tokens: int  # generated tokens of the returned (best) hypotheses, </s> and language tokens included
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    text: str
+    options: DecodeOptions = DecodeOptions()
+    stop: tuple[str, ...] = ()
+    beams_field: str = "num_beams"
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """A piece of generated text; the last event has finish_reason and the token counts."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    model: str
+    text: str
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class LanguageInfo:
+    code: str  # the model's own code
+    iso: str | None  # ISO 639-1 where the language has one, else ISO 639-3
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What /v1/models (and other APIs' language lists) say about one model; computed in one place."""
+
+    id: str
+    family: str
+    source_languages: tuple[LanguageInfo, ...]
+    target_languages: tuple[LanguageInfo, ...]
+    default_beam_size: int
+    max_texts: int
+    max_input_tokens: int
+    max_new_tokens: int
+    max_beams: int

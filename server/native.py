@@ -1,0 +1,103 @@
+"""The native /v1 API: its schemas mapped onto domain jobs, and domain results back onto its responses."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from .domain import DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TranslationJob, TranslationResult
+from .errors import ServerError
+from .schemas import (Alternative, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits, ModelList,
+                      TranslateRequest, TranslateResponse, Translation, Usage)
+from .streaming import sse, until_disconnect
+
+
+def translation_job(body: TranslateRequest) -> TranslationJob:
+    options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.beam_size,
+                            length_penalty=body.length_penalty, n_best=body.n_best)
+    return TranslationJob(texts=tuple(body.text), fields=tuple(body.field_name(i) for i in range(len(body.text))),
+                          source_lang=body.source_lang, target_lang=body.target_lang, options=options)
+
+
+def translate_response(result: TranslationResult, with_scores: bool) -> TranslateResponse:
+    def translation(t):
+        alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in t.alternatives]
+        return Translation(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None)
+
+    return TranslateResponse(model=result.model, translations=[translation(t) for t in result.texts],
+                             usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
+
+
+def generation_job(body: GenerateRequest) -> GenerationJob:
+    options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.num_beams,
+                            temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
+    return GenerationJob(text=body.text, options=options, stop=tuple(body.stop or ()))
+
+
+def generate_response(result: GenerationResult) -> GenerateResponse:
+    return GenerateResponse(model=result.model, text=result.text, finish_reason=result.finish_reason,
+                            usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
+
+
+def model_card(info: ModelInfo) -> ModelCard:
+    return ModelCard(
+        id=info.id, family=info.family, languages=[lang.code for lang in info.target_languages],
+        source_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.source_languages],
+        target_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.target_languages],
+        default_beam_size=info.default_beam_size,
+        limits=ModelLimits(max_texts=info.max_texts, max_input_tokens=info.max_input_tokens,
+                           max_new_tokens=info.max_new_tokens, max_beams=info.max_beams))
+
+
+def add_native_routes(app: FastAPI, provider, authorize: Callable) -> None:
+    """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware)."""
+    router = app.router
+    guarded = dict(dependencies=[Depends(authorize)])
+
+    @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, **guarded)
+    async def translate(body: TranslateRequest, request: Request):
+        service = await provider.get(body.model, body.source_lang, body.target_lang)
+
+        async def work():
+            return translate_response(await service.translate(translation_job(body)), body.return_scores)
+
+        return await until_disconnect(request, work())
+
+    @router.post("/v1/generate", response_model=GenerateResponse, **guarded,
+                 responses={200: {"content": {"text/event-stream": {}}}})
+    async def generate(body: GenerateRequest, request: Request):
+        service = await provider.get(body.model)
+        job = generation_job(body)
+        if not body.stream:
+            async def work():
+                return generate_response(await service.generate(job))
+
+            return await until_disconnect(request, work())
+        events = service.generate_events(job)
+        first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
+
+        async def stream():
+            event = first
+            try:
+                while True:
+                    if event.finish_reason is None:
+                        yield sse({"text": event.text})
+                    else:
+                        usage = {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens}
+                        yield sse({"text": "", "finish_reason": event.finish_reason, "usage": usage})
+                        yield "data: [DONE]\n\n"
+                        return
+                    event = await anext(events)
+            except ServerError as e:
+                yield sse(e.body())
+            finally:
+                await events.aclose()
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.get("/v1/models", response_model=ModelList, **guarded)
+    async def models():
+        return ModelList(models=[model_card(info) for info in provider.models()])
