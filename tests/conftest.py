@@ -23,3 +23,12 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def checkpoint(checkpoints) -> Path:
     return checkpoints["shared-swish-safetensors"]
+
+
+@pytest.fixture(scope="session")
+def family_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Tiny NLLB, M2M100 and mBART-50 checkpoints (see family_fixtures)."""
+    from family_fixtures import BUILDERS
+
+    root = tmp_path_factory.mktemp("families")
+    return {name: build(root / name) for name, build in BUILDERS.items()}

@@ -35,6 +35,12 @@ def test_missing_files(copy):
     expect_error(copy, "config.json", "file not found")
 
 
+def test_unsupported_model_type(copy):
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    expect_error(copy, "config.json", "'gpt2'", "not supported", "marian", "m2m_100", "mbart")
+
+
 def test_missing_tokenizer_file(copy):
     (copy / "target.spm").unlink()
     expect_error(copy, "target.spm", "file not found")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CheckpointError
-from . import marian
+from . import m2m100, marian, mbart
 from .base import Family, Languages, Tokenizer
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (marian.FAMILY,)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (marian.FAMILY, m2m100.FAMILY, mbart.FAMILY)}
 
 
 def family_for(model_type: str | None, config_path: Path) -> Family:

@@ -1,0 +1,85 @@
+"""A server serving a Marian and an NLLB-style model side by side: language-pair routing, /v1/models, language
+codes in every form, errors naming the field and the supported codes."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from model import Translator
+from server.app import create_app
+from server.local import LocalModels
+from server.registry import ModelRegistry
+from server.settings import Settings
+
+SETTINGS = Settings(max_batch_rows=16, max_new_tokens=20)
+
+
+@pytest.fixture(scope="module")
+def served(checkpoint, family_checkpoints):
+    paths = [str(checkpoint), str(family_checkpoints["nllb"])]
+    models = LocalModels(SETTINGS, ModelRegistry.from_paths(paths))
+    with TestClient(create_app(models, SETTINGS)) as client:
+        yield client, checkpoint.name, family_checkpoints["nllb"]
+    models.close()
+
+
+def translate(client, **body):
+    return client.post("/v1/translate", json={"text": "The frog drinks water.", "max_new_tokens": 12, **body})
+
+
+def test_models_lists_both_with_their_languages(served):
+    client, marian, nllb = served
+    cards = {c["id"]: c for c in client.get("/v1/models").json()["models"]}
+    assert set(cards) == {marian, nllb.name}
+    assert cards[marian]["family"] == "marian" and cards[nllb.name]["family"] == "m2m_100"
+    assert {lang["code"] for lang in cards[marian]["target_languages"]} == {"de", "fr"}
+    assert [lang["code"] for lang in cards[marian]["source_languages"]] == ["en"]
+    nllb_targets = {lang["code"]: lang["iso"] for lang in cards[nllb.name]["target_languages"]}
+    assert len(nllb_targets) == 202 and nllb_targets["fra_Latn"] == "fr" and nllb_targets["arb_Arab"] == "ar"
+    assert cards[nllb.name]["limits"]["max_new_tokens"] == 20  # the server's limit, below the model's 127
+
+
+@pytest.mark.parametrize("source,target,routed", [
+    ("en", "de", "marian"),  # both serve en→de: the bilingual model is more specific
+    ("eng", ">>fr<<", "marian"),
+    ("en", "es", "nllb"),  # only NLLB has Spanish
+    ("eng_Latn", "spa_Latn", "nllb"),
+    ("de", "fr", "nllb"),  # Marian's source is English
+    (None, "zh-Hans", "nllb"),
+])
+def test_language_pairs_route_to_a_model_that_serves_them(served, source, target, routed):
+    client, marian, nllb = served
+    body = {"target_lang": target} | ({"source_lang": source} if source else {})
+    response = translate(client, **body)
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == (marian if routed == "marian" else nllb.name)
+
+
+def test_iso_codes_give_what_the_models_own_codes_give(served):
+    client, _, nllb = served
+    own = translate(client, model=nllb.name, source_lang="deu_Latn", target_lang="fra_Latn").json()
+    iso = translate(client, model=nllb.name, source_lang="de", target_lang="fr").json()
+    expected = Translator.from_pretrained(nllb).translate(["The frog drinks water."], source_lang="deu_Latn",
+                                                          target_lang="fra_Latn", max_new_tokens=12)[0].text
+    assert own["translations"][0]["text"] == iso["translations"][0]["text"] == expected
+
+
+def test_a_missing_source_uses_the_models_default(served):
+    client, _, nllb = served
+    implicit = translate(client, model=nllb.name, target_lang="fr").json()
+    explicit = translate(client, model=nllb.name, source_lang="eng_Latn", target_lang="fr").json()
+    assert implicit["translations"] == explicit["translations"]
+    assert implicit["usage"]["input_tokens"] == explicit["usage"]["input_tokens"]
+
+
+@pytest.mark.parametrize("body,field,listed", [
+    ({"target_lang": "xx"}, "target_lang", "fra_Latn"),
+    ({"target_lang": "fr", "source_lang": "qq"}, "source_lang", "eng_Latn"),
+    ({"target_lang": "zh"}, "target_lang", "zho_Hant"),  # ambiguous: simplified or traditional
+])
+def test_unknown_language_codes_get_422_naming_the_field(served, body, field, listed):
+    client, _, nllb = served
+    response = translate(client, model=nllb.name, **body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == field and field in error["message"] and listed in error["message"]
+    assert listed in error["limit"] or listed in error["message"]
