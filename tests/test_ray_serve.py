@@ -210,3 +210,38 @@ def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes(tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "nodes with replicas: 2" in result.stdout
+
+
+def test_families_side_by_side_route_by_language_and_share_limits(serve_url, checkpoint, family_checkpoints):
+    """Marian, NLLB and mBART-50 under Serve's multiplexing (two models per replica): language pairs route to a
+    model that serves them, /v1/models lists every family with limits clamped to each model's positions (the
+    same function as in-process), and those limits are exactly what requests may use."""
+    from server.registry import ModelRegistry, model_info
+
+    settings = Settings(max_batch_rows=16, max_queued_requests=64, max_new_tokens=200)
+    paths = [str(checkpoint), str(family_checkpoints["nllb"]), str(family_checkpoints["mbart50"])]
+    with deployed("families", paths, settings=settings, replicas=1, max_models_per_replica=2) as handle:
+        url = f"{serve_url}/families"
+        cards = {c["id"]: c for c in httpx.get(f"{url}/v1/models").json()["models"]}
+        registry = ModelRegistry.from_paths(paths)
+        for name, entry in registry.entries.items():
+            info = model_info(entry, settings)
+            assert cards[name]["limits"]["max_new_tokens"] == info.max_new_tokens
+            assert cards[name]["family"] == entry.family
+        nllb, mbart = family_checkpoints["nllb"].name, family_checkpoints["mbart50"].name
+        assert cards[nllb]["limits"]["max_new_tokens"] == 127  # 128 positions, under the server's 200
+        assert cards[checkpoint.name]["limits"]["max_new_tokens"] == 200
+
+        routed = {(s, t): translate(url, text="The frog drinks water.", source_lang=s, target_lang=t,
+                                    max_new_tokens=8)
+                  for s, t in (("en", "de"), ("en", "es"), ("de", "fr_XX"), ("en", "zh-Hant"), ("fr", "ast"))}
+        # The most specific model that serves the pair: Marian (2 pairs), then mBART-50 (52²), then NLLB (202²).
+        assert {k: r.json()["model"] for k, r in routed.items()} == {
+            ("en", "de"): checkpoint.name, ("en", "es"): mbart, ("de", "fr_XX"): mbart, ("en", "zh-Hant"): nllb,
+            ("fr", "ast"): nllb}
+        assert translate(url, text="x", model=mbart, target_lang="fr", max_new_tokens=127).status_code == 200
+        too_many = translate(url, text="x", model=mbart, target_lang="fr", max_new_tokens=128)
+        assert too_many.status_code == 422 and too_many.json()["error"]["limit"] == 127
+        unknown = translate(url, text="x", model=nllb, target_lang="xx")
+        assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "target_lang"
+        assert len(handle.describe.remote().result()["models"]) == 2  # the least recently used was evicted
