@@ -1,7 +1,8 @@
 """The engine loop: a background thread per replica runs scheduler → engine steps; asyncio submits and awaits.
 
 Requests are delivered back to the event loop with call_soon_threadsafe. A failed step fails the requests in
-the batch (never the whole server); a heartbeat tells readiness and health whether the loop is progressing.
+the batch (never the whole server); a delivery that fails (its event loop is gone) cancels that request only;
+a heartbeat tells readiness and health whether the loop is progressing.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from typing import AsyncIterator
 
 from model import DecodeParams
 
-from . import metrics
 from .engine import Engine
 from .errors import EngineFailed
-from .request import ErrorOutput, FinalOutput, Output, SeqRequest, Status, TokenOutput
+from .metrics import EngineStats
+from .request import ErrorOutput, Output, SeqRequest, Status, TokenOutput
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, scheduler: Scheduler):
+    def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats | None = None):
         self.engine, self.scheduler = engine, scheduler
+        self.stats = stats or EngineStats()
         self.lock = threading.Condition()
         self.heartbeat = time.monotonic()
         self.stopping = False
@@ -60,7 +62,7 @@ class EngineLoop:
                         queue))
         with self.lock:
             self.scheduler.add([r for r, _ in out])
-            metrics.WAITING.set(len(self.scheduler.waiting))
+            self._record_queues()
             self.lock.notify()
         return out
 
@@ -68,7 +70,7 @@ class EngineLoop:
         with self.lock:
             if not request.done:
                 self.scheduler.cancel(request)
-                metrics.WAITING.set(len(self.scheduler.waiting))
+                self._record_queues()
                 self.lock.notify()
 
     async def outputs(self, request: SeqRequest, queue: asyncio.Queue) -> AsyncIterator[Output]:
@@ -92,7 +94,8 @@ class EngineLoop:
                 if self.stopping:
                     return
                 plan = self.scheduler.schedule()
-                self._record_admission(plan.admit)
+                self.stats.admitted(plan.admit, time.monotonic())
+                self._record_queues()
             start = time.monotonic()
             try:
                 events = self.engine.execute(plan)
@@ -100,51 +103,34 @@ class EngineLoop:
                 log.exception("engine step failed")
                 self._fail_running(e)
                 continue
-            self._deliver(events)
-            metrics.STEP_TIME.observe(time.monotonic() - start)
-            metrics.BATCH_ROWS.observe(self.engine.rows_in_use)
+            now = time.monotonic()
+            with self.lock:
+                update = self.scheduler.update(events, now)
+                for request, output in update.outputs:
+                    self._deliver(request, output)
+                self._record_queues()
+            self.stats.stepped(now - start, self.engine.rows_in_use, update, now)
             self.heartbeat = time.monotonic()
 
-    def _record_admission(self, admitted: list[SeqRequest]) -> None:
-        now = time.monotonic()
-        for request in admitted:
-            metrics.QUEUE_WAIT.observe(now - request.arrived_at)
-        metrics.WAITING.set(len(self.scheduler.waiting))
+    def _deliver(self, request: SeqRequest, output: Output) -> None:
+        """Hand one output to its request; if that fails (its event loop closed), cancel just that request."""
+        try:
+            request.deliver(output)
+        except Exception:
+            log.exception("delivering to request %s failed; cancelling it", request.id)
+            if not request.done:
+                self.scheduler.cancel(request)
 
-    def _deliver(self, events) -> None:
-        now = time.monotonic()
-        with self.lock:
-            for event in events:
-                request = self.scheduler.running.get(event.key)
-                if request is None:  # cancelled while the step ran
-                    continue
-                if request.first_token_at is None:
-                    request.first_token_at = now
-                    metrics.TIME_TO_FIRST_TOKEN.observe(now - request.arrived_at)
-                request.output_tokens += 1
-                if event.new_token is not None:
-                    request.deliver(TokenOutput(event.new_token))
-                if event.results is not None:
-                    self.scheduler.finish(request)
-                    self._record_finish(request, now)
-                    request.deliver(FinalOutput(event.results))
-            metrics.RUNNING.set(len(self.scheduler.running))
-            metrics.KV_ROWS_USED.set(self.engine.rows_in_use)
-
-    def _record_finish(self, request: SeqRequest, now: float) -> None:
-        metrics.INPUT_TOKENS.inc(len(request.source_ids))
-        metrics.OUTPUT_TOKENS.inc(request.output_tokens)
-        if request.output_tokens > 1:
-            metrics.TIME_PER_OUTPUT_TOKEN.observe((now - request.first_token_at) / (request.output_tokens - 1))
+    def _record_queues(self) -> None:
+        self.stats.queues(len(self.scheduler.waiting), len(self.scheduler.running), self.engine.rows_in_use)
 
     def _fail_running(self, error: Exception) -> None:
-        metrics.ENGINE_FAILURES.inc()
+        self.stats.failed()
         with self.lock:
             failed = list(self.scheduler.running.values())
             for request in failed:
                 self.scheduler.finish(request, Status.FAILED)
-                request.deliver(ErrorOutput(EngineFailed(f"the engine failed while decoding: {error}")))
+                self._deliver(request, ErrorOutput(EngineFailed(f"the engine failed while decoding: {error}")))
             self.engine.reset()
-            metrics.RUNNING.set(0)
-            metrics.KV_ROWS_USED.set(0)
+            self._record_queues()
         self.heartbeat = time.monotonic()

@@ -79,7 +79,8 @@ TIME_TO_FIRST_TOKEN = Mirrored(Histogram, "s2s_time_to_first_token_seconds", "Ar
 TIME_PER_OUTPUT_TOKEN = Mirrored(Histogram, "s2s_time_per_output_token_seconds",
                                  "Decoding time per token after the first", buckets=STEP_BUCKETS)
 INPUT_TOKENS = Mirrored(Counter, "s2s_input_tokens_total", "Source tokens of finished sequences")
-OUTPUT_TOKENS = Mirrored(Counter, "s2s_output_tokens_total", "Generated tokens of finished sequences")
+OUTPUT_TOKENS = Mirrored(Counter, "s2s_output_tokens_total",
+                         "Generated tokens of finished sequences' best hypotheses (</s> and language tokens included)")
 RUNNING = Mirrored(Gauge, "s2s_running_sequences", "Sequences in the running batch", multiprocess_mode="livesum")
 WAITING = Mirrored(Gauge, "s2s_waiting_sequences", "Sequences waiting to be admitted", multiprocess_mode="livesum")
 KV_ROWS_USED = Mirrored(Gauge, "s2s_kv_cache_rows_used", "KV-cache rows in use (a beam request holds one per beam)",
@@ -98,3 +99,35 @@ def enable_ray_export() -> None:
     for metric in ALL:
         if metric.ray is None:
             metric.export_to_ray()
+
+
+class EngineStats:
+    """Every metric the engine loop records, written here (the loop only runs steps)."""
+
+    @staticmethod
+    def queues(waiting: int, running: int, rows_used: int) -> None:
+        WAITING.set(waiting)
+        RUNNING.set(running)
+        KV_ROWS_USED.set(rows_used)
+
+    @staticmethod
+    def admitted(requests, now: float) -> None:
+        for request in requests:
+            QUEUE_WAIT.observe(now - request.arrived_at)
+
+    @staticmethod
+    def stepped(seconds: float, rows: int, update, now: float) -> None:
+        """One engine step of `seconds` over `rows` rows and what it produced (a scheduler Update)."""
+        STEP_TIME.observe(seconds)
+        BATCH_ROWS.observe(rows)
+        for request in update.first_step:
+            TIME_TO_FIRST_TOKEN.observe(now - request.arrived_at)
+        for request in update.finished:
+            INPUT_TOKENS.inc(len(request.source_ids))
+            OUTPUT_TOKENS.inc(request.output_tokens)
+            if request.steps > 1:
+                TIME_PER_OUTPUT_TOKEN.observe((now - request.first_token_at) / (request.steps - 1))
+
+    @staticmethod
+    def failed() -> None:
+        ENGINE_FAILURES.inc()

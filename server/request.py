@@ -51,7 +51,8 @@ class SeqRequest:
     status: Status = Status.WAITING
     arrived_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
-    output_tokens: int = 0
+    steps: int = 0  # decoder steps taken (a beam request steps all its beams at once)
+    output_tokens: int = 0  # set when finished: tokens of the best hypothesis (see README "output tokens")
 
     @property
     def rows(self) -> int:

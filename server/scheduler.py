@@ -1,22 +1,42 @@
-"""The scheduler decides each step which waiting requests join the running batch. It holds no tensors.
+"""The scheduler decides each step which waiting requests join the running batch, and what a step's results
+mean for each request. It holds no tensors and imports neither torch nor FastAPI.
 
-Contract: `schedule()` → Plan (requests to admit, running requests to drop); the engine executes the plan
-and one decoder step; `finish()` records requests that left the batch.
+Contract (after vLLM's): `schedule()` → Plan (requests to admit, running requests to drop); the engine
+executes the plan and one decoder step; `update(events, now)` turns the step's events into per-request
+outputs (tokens, finished hypotheses) and retires finished requests.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Hashable, Protocol
 
 from .errors import QueueFull
-from .request import SeqRequest, Status
+from .request import FinalOutput, Output, SeqRequest, Status, TokenOutput
+
+
+class StepEvent(Protocol):
+    """What the engine reports per request after a step (model.StepEvent has this shape)."""
+
+    key: Hashable
+    new_token: int | None
+    results: list | None
 
 
 @dataclass
 class Plan:
     admit: list[SeqRequest] = field(default_factory=list)
     cancel: list[SeqRequest] = field(default_factory=list)
+
+
+@dataclass
+class Update:
+    """What one step produced: outputs to deliver, requests that took their first step, requests finished."""
+
+    outputs: list[tuple[SeqRequest, Output]] = field(default_factory=list)
+    first_step: list[SeqRequest] = field(default_factory=list)
+    finished: list[SeqRequest] = field(default_factory=list)
 
 
 class Scheduler:
@@ -69,6 +89,26 @@ class Scheduler:
             request.status = Status.RUNNING
             self.running[request.id] = request
         return plan
+
+    def update(self, events: list[StepEvent], now: float) -> Update:
+        """A step's events → outputs per request; finished requests leave `running`."""
+        update = Update()
+        for event in events:
+            request = self.running.get(event.key)
+            if request is None:  # cancelled while the step ran
+                continue
+            if request.first_token_at is None:
+                request.first_token_at = now
+                update.first_step.append(request)
+            request.steps += 1
+            if event.new_token is not None:
+                update.outputs.append((request, TokenOutput(event.new_token)))
+            if event.results is not None:
+                self.finish(request)
+                request.output_tokens = len(event.results[0].token_ids)
+                update.finished.append(request)
+                update.outputs.append((request, FinalOutput(event.results)))
+        return update
 
     def finish(self, request: SeqRequest, status: Status = Status.FINISHED) -> None:
         self.running.pop(request.id, None)

@@ -1,0 +1,159 @@
+"""The scheduler's contract with fabricated engine results — no model, no torch: FCFS admission within rows and
+the padded-token budget, all-or-none queueing, cancellation while waiting and while running, and what a step's
+events mean (first step, tokens, finishing). Then the engine loop with a fake engine: a delivery that fails
+cancels only its own request."""
+
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from server.errors import QueueFull
+from server.request import FinalOutput, SeqRequest, Status, TokenOutput
+from server.scheduler import Scheduler
+
+
+@dataclass
+class Event:  # the shape of model.StepEvent
+    key: int
+    new_token: int | None
+    results: list | None = None
+
+
+def request(tokens: int, beams: int = 1, deliver=lambda output: None) -> SeqRequest:
+    return SeqRequest(list(range(tokens)), SimpleNamespace(num_beams=beams), deliver)
+
+
+def hypothesis(n: int):
+    return SimpleNamespace(token_ids=list(range(n)))
+
+
+def test_admits_first_come_first_served_within_rows_and_never_skips_ahead():
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_queued=10)
+    a, b, c, d = request(3, beams=2), request(3, beams=1), request(3, beams=2), request(3, beams=1)
+    scheduler.add([a, b, c, d])
+    plan = scheduler.schedule()
+    assert plan.admit == [a, b]  # c needs 2 rows, 1 is free: d (which would fit) must wait behind it
+    assert [r.status for r in (a, b, c, d)] == [Status.RUNNING, Status.RUNNING, Status.WAITING, Status.WAITING]
+    assert scheduler.rows_in_use == 3 and list(scheduler.waiting) == [c, d]
+
+
+def test_padded_token_budget_bounds_one_encoder_pass():
+    scheduler = Scheduler(max_rows=64, max_batch_tokens=30, max_queued=10)
+    short, long_, other = request(5), request(12), request(4)
+    scheduler.add([short, long_, other])
+    assert scheduler.schedule().admit == [short, long_]  # 2 × 12 = 24 ≤ 30; a third would pad to 36
+    assert scheduler.schedule().admit == [other]
+    huge = request(100)  # alone, a request over the budget is still admitted (limits are checked earlier)
+    scheduler.add([huge])
+    assert scheduler.schedule().admit == [huge]
+
+
+def test_queueing_is_all_or_none():
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=100, max_queued=3)
+    scheduler.add([request(2), request(2)])
+    with pytest.raises(QueueFull) as info:
+        scheduler.add([request(2), request(2)])
+    assert info.value.limit == 3 and info.value.retry_after_s == 1
+    assert len(scheduler.waiting) == 2
+
+
+def test_cancel_while_waiting_and_while_running():
+    scheduler = Scheduler(max_rows=2, max_batch_tokens=100, max_queued=10)
+    running, waiting = request(2, beams=2), request(2)
+    scheduler.add([running, waiting])
+    scheduler.schedule()
+    scheduler.cancel(waiting)
+    assert waiting.status == Status.CANCELLED and not scheduler.waiting
+    scheduler.cancel(running)
+    scheduler.cancel(running)  # twice is once
+    assert running.status == Status.RUNNING  # the engine still holds its rows until the next plan
+    plan = scheduler.schedule()
+    assert plan.cancel == [running] and running.status == Status.CANCELLED and scheduler.rows_in_use == 0
+    assert not scheduler.has_work()
+
+
+def test_update_turns_events_into_outputs_and_retires_finished_requests():
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_queued=10)
+    greedy, beam = request(3), request(3, beams=3)
+    scheduler.add([greedy, beam])
+    scheduler.schedule()
+    first = scheduler.update([Event(greedy.id, 7), Event(beam.id, None)], now=10.0)
+    assert first.first_step == [greedy, beam] and greedy.first_token_at == beam.first_token_at == 10.0
+    assert first.outputs == [(greedy, TokenOutput(7))] and not first.finished
+    best = [hypothesis(4), hypothesis(2)]
+    second = scheduler.update([Event(greedy.id, 8), Event(beam.id, None, best)], now=11.0)
+    assert second.first_step == [] and greedy.first_token_at == 10.0
+    assert second.outputs == [(greedy, TokenOutput(8)), (beam, FinalOutput(best))]
+    assert second.finished == [beam] and beam.status == Status.FINISHED and beam.id not in scheduler.running
+    assert beam.steps == 2 and beam.output_tokens == 4  # tokens of the best hypothesis, not steps
+    assert scheduler.rows_in_use == 1
+
+
+def test_events_of_a_request_cancelled_during_the_step_are_dropped():
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_queued=10)
+    r = request(3)
+    scheduler.add([r])
+    scheduler.schedule()
+    scheduler.cancel(r)
+    scheduler.schedule()  # the cancel plan: r left the batch
+    assert scheduler.update([Event(r.id, 5)], now=1.0).outputs == []
+
+
+class FakeEngine:
+    """Every admitted request gets one token per step and finishes after `length` steps."""
+
+    def __init__(self, length: int = 3):
+        self.length, self.live = length, {}
+
+    @property
+    def rows_in_use(self) -> int:
+        return sum(r.rows for r in self.live.values())
+
+    def reset(self) -> None:
+        self.live = {}
+
+    def execute(self, plan):
+        for r in plan.cancel:
+            self.live.pop(r.id, None)
+        for r in plan.admit:
+            self.live[r.id] = r
+        events = []
+        for key, r in list(self.live.items()):
+            done = r.steps + 1 >= self.length
+            events.append(Event(key, 1, [hypothesis(self.length)] if done else None))
+            if done:
+                del self.live[key]
+        return events
+
+
+def test_a_failing_delivery_cancels_only_its_own_request():
+    from server.loop import EngineLoop
+
+    engine = FakeEngine(length=50)
+    loop = EngineLoop(engine, Scheduler(max_rows=4, max_batch_tokens=100, max_queued=10)).start()
+    got, finished = [], threading.Event()
+
+    def broken(output):
+        raise RuntimeError("Event loop is closed")
+
+    def healthy(output):
+        got.append(output)
+        if isinstance(output, FinalOutput):
+            finished.set()
+
+    try:
+        bad, good = request(3, deliver=broken), request(3, deliver=healthy)
+        with loop.lock:
+            loop.scheduler.add([bad, good])
+            loop.lock.notify()
+        assert finished.wait(10), "the healthy request never finished"
+        deadline = time.monotonic() + 5
+        while engine.rows_in_use and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.alive and bad.status == Status.CANCELLED and engine.rows_in_use == 0
+        assert sum(isinstance(o, TokenOutput) for o in got) == 50
+    finally:
+        loop.stop()
