@@ -132,7 +132,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
         if scheme.lower() != "bearer" or key not in settings.api_keys:
             raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
 
-    add_native_routes(app, provider, authorize)
+    add_native_routes(app, provider, authorize, settings)
 
     @app.get("/healthz")
     async def healthz():

@@ -1,7 +1,7 @@
 """The native /v1 API: its schemas mapped onto domain jobs, and domain results back onto its responses."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the routes' body types are built from the settings at run time and
+# FastAPI must see them as objects, not as names to resolve.
 from typing import Callable
 
 from fastapi import Depends, FastAPI, Request
@@ -10,7 +10,8 @@ from fastapi.responses import StreamingResponse
 from .domain import DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TranslationJob, TranslationResult
 from .errors import ServerError
 from .schemas import (Alternative, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits, ModelList,
-                      TranslateRequest, TranslateResponse, Translation, Usage)
+                      TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
+from .settings import Settings
 from .streaming import sse, until_disconnect
 
 
@@ -51,13 +52,14 @@ def model_card(info: ModelInfo) -> ModelCard:
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams))
 
 
-def add_native_routes(app: FastAPI, provider, authorize: Callable) -> None:
+def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Settings) -> None:
     """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware)."""
     router = app.router
+    TranslateBody, GenerateBody = request_schemas(settings)
     guarded = dict(dependencies=[Depends(authorize)])
 
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, **guarded)
-    async def translate(body: TranslateRequest, request: Request):
+    async def translate(body: TranslateBody, request: Request):
         service = await provider.get(body.model, body.source_lang, body.target_lang)
 
         async def work():
@@ -67,7 +69,7 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable) -> None:
 
     @router.post("/v1/generate", response_model=GenerateResponse, **guarded,
                  responses={200: {"content": {"text/event-stream": {}}}})
-    async def generate(body: GenerateRequest, request: Request):
+    async def generate(body: GenerateBody, request: Request):
         service = await provider.get(body.model)
         job = generation_job(body)
         if not body.stream:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, create_model, model_validator
 
-# Static upper bounds for the schema; the configured (possibly lower) limits are checked in app.py.
-MAX_TEXTS = 64
-MAX_TEXT_CHARS = 20_000
+MAX_TEXT_CHARS = 20_000  # per text, before tokenizing (the token limit is per model)
 
 
 class Strict(BaseModel):
@@ -16,24 +14,29 @@ class Strict(BaseModel):
 
 
 _TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT_CHARS}
-# Validated as a list (a bare string is wrapped first); documented as what clients may send.
-Texts = Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]], Field(min_length=1, max_length=MAX_TEXTS),
-                  WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
-                                                           "maxItems": MAX_TEXTS}],
-                                  "description": f"one text, or a list of 1..{MAX_TEXTS} texts",
-                                  "examples": ["one hundred and twenty-three"]})]
+
+
+def texts_type(max_texts: int | None):
+    """Validated as a list (a bare string is wrapped first); documented as what clients may send."""
+    return Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]], Field(min_length=1, max_length=max_texts),
+                     WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
+                                                              **({"maxItems": max_texts} if max_texts else {})}],
+                                     "description": f"one text, or a list of 1..{max_texts or 'N'} texts",
+                                     "examples": ["one hundred and twenty-three"]})]
 
 
 class TranslateRequest(Strict):
-    text: Texts
+    """The shape; `request_schemas(settings)` derives the class the routes use, with the server's limits."""
+
+    text: texts_type(None)
     _single: bool = PrivateAttr(False)
     source_lang: str | None = Field(None, max_length=32, examples=["en"])
     target_lang: str | None = Field(None, max_length=32, examples=["de"])
     model: str | None = Field(None, max_length=200)
-    beam_size: int | None = Field(None, ge=1, le=16)
+    beam_size: int | None = Field(None, ge=1)
     max_new_tokens: int | None = Field(None, ge=1)
     length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
-    n_best: int = Field(1, ge=1, le=16)
+    n_best: int = Field(1, ge=1)
     return_scores: bool = False
 
     @model_validator(mode="wrap")
@@ -81,9 +84,22 @@ class GenerateRequest(Strict):
     top_k: int | None = Field(None, ge=0, le=100_000)
     top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    num_beams: int | None = Field(None, ge=1, le=16)
+    num_beams: int | None = Field(None, ge=1)
     stop: list[str] | None = Field(None, max_length=16)
     stream: bool = False
+
+
+def request_schemas(settings) -> tuple[type[TranslateRequest], type[GenerateRequest]]:
+    """The request schemas with this server's configured limits as Field constraints, so validation and the
+    OpenAPI document say the same as the settings (raising --max-beams raises what the schema accepts)."""
+    beams = settings.beam_limit
+    translate = create_model("TranslateRequest", __base__=TranslateRequest,
+                             text=(texts_type(settings.max_texts), ...),
+                             beam_size=(int | None, Field(None, ge=1, le=beams)),
+                             n_best=(int, Field(1, ge=1, le=beams)))
+    generate = create_model("GenerateRequest", __base__=GenerateRequest,
+                            num_beams=(int | None, Field(None, ge=1, le=beams)))
+    return translate, generate
 
 
 class GenerateResponse(BaseModel):

@@ -29,13 +29,14 @@ def error_of(response, status):
 
 @pytest.mark.parametrize("body,field,limit", [
     ({"text": ["a"] * 9}, "text", 8),
-    ({"text": ["a"] * 65}, "text", 64),
+    ({"text": ["a"] * 65}, "text", 8),
     ({"text": []}, "text", 1),
     ({"text": ["ok", 5]}, "text[1]", None),
     ({"text": "x" * 20001}, "text[0]", 20000),
     ({"text": "hello " * 40}, "text", 32),
     ({"text": ["fine", "hello " * 40]}, "text[1]", 32),
-    ({"text": "a", "beam_size": 17}, "beam_size", 16),
+    ({"text": "a", "beam_size": 17}, "beam_size", 6),
+    ({"text": "a", "n_best": 7}, "n_best", 6),
     ({"text": "a", "beam_size": 0}, "beam_size", 1),
     ({"text": "a", "beam_size": 7}, "beam_size", 6),
     ({"text": "a", "max_new_tokens": 41}, "max_new_tokens", 40),
@@ -144,3 +145,20 @@ def test_sampling_through_the_api_is_reproducible_per_seed(client):
     first = client.post("/v1/generate", json=body).json()
     assert client.post("/v1/generate", json=body).json()["text"] == first["text"]
     assert client.post("/v1/translate", json={"text": "a", "beam_size": 1}).status_code == 200
+
+
+def test_schema_limits_follow_the_settings(checkpoint):
+    """Raising --max-beams / --max-texts raises what requests may use, and the OpenAPI document says so."""
+    settings = Settings(max_beams=20, max_batch_rows=24, max_texts=100, max_new_tokens=4)
+    models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
+    try:
+        with TestClient(create_app(models, settings)) as c:
+            ok = c.post("/v1/translate", json={"text": ["a"] * 70, "beam_size": 20, "n_best": 20})
+            assert ok.status_code == 200, ok.text
+            assert len(ok.json()["translations"]) == 70 and len(ok.json()["translations"][0]["alternatives"]) == 19
+            assert error_of(c.post("/v1/translate", json={"text": "a", "beam_size": 21}), 422)["limit"] == 20
+            schema = c.get("/openapi.json").json()["components"]["schemas"]["TranslateRequest"]["properties"]
+            assert schema["beam_size"]["anyOf"][0]["maximum"] == 20
+            assert schema["text"]["anyOf"][1]["maxItems"] == 100
+    finally:
+        models.close()
