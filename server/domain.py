@@ -67,6 +67,8 @@ class GenerationJob:
     text: str
     options: DecodeOptions = DecodeOptions()
     stop: tuple[str, ...] = ()
+    source_lang: str | None = None  # translation models: which languages (else the model's defaults)
+    target_lang: str | None = None
     beams_field: str = "num_beams"
 
 

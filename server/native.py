@@ -34,7 +34,8 @@ def translate_response(result: TranslationResult, with_scores: bool) -> Translat
 def generation_job(body: GenerateRequest) -> GenerationJob:
     options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.num_beams,
                             temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
-    return GenerationJob(text=body.text, options=options, stop=tuple(body.stop or ()))
+    return GenerationJob(text=body.text, options=options, stop=tuple(body.stop or ()), source_lang=body.source_lang,
+                         target_lang=body.target_lang)
 
 
 def generate_response(result: GenerationResult) -> GenerateResponse:
@@ -70,7 +71,7 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Set
     @router.post("/v1/generate", response_model=GenerateResponse, **guarded,
                  responses={200: {"content": {"text/event-stream": {}}}})
     async def generate(body: GenerateBody, request: Request):
-        service = await provider.get(body.model)
+        service = await provider.get(body.model, body.source_lang, body.target_lang)
         job = generation_job(body)
         if not body.stream:
             async def work():

@@ -79,6 +79,8 @@ class TranslateResponse(BaseModel):
 class GenerateRequest(Strict):
     text: str = Field(max_length=MAX_TEXT_CHARS)
     model: str | None = Field(None, max_length=200)
+    source_lang: str | None = Field(None, max_length=32, description="for translation models, as in /v1/translate")
+    target_lang: str | None = Field(None, max_length=32, description="for translation models, as in /v1/translate")
     max_new_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, gt=0.0, le=100.0, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=0, le=100_000)

@@ -126,7 +126,7 @@ class ModelService:
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
         params = self._params(job.options, job.beams_field)
-        source_lang, target_lang = self._languages(None, None)
+        source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
         source, = self._sources((job.text,), ("text",), source_lang, target_lang)
         (request, queue), = self.loop.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)

@@ -1,7 +1,10 @@
 """A server serving a Marian and an NLLB-style model side by side: language-pair routing, /v1/models, language
 codes in every form, errors naming the field and the supported codes."""
 
+import json
+
 import pytest
+from family_fixtures import FAMILY_SENTENCES
 from fastapi.testclient import TestClient
 
 from model import Translator
@@ -83,3 +86,18 @@ def test_unknown_language_codes_get_422_naming_the_field(served, body, field, li
     error = response.json()["error"]
     assert error["field"] == field and field in error["message"] and listed in error["message"]
     assert listed in error["limit"] or listed in error["message"]
+
+
+def test_streaming_a_translation_gives_the_translators_text(served):
+    client, _, nllb = served
+    translator = Translator.from_pretrained(nllb)
+    # The first test sentence the random model turns into some text (it often says only language tokens).
+    text, expected = next((t, out) for t in FAMILY_SENTENCES for out in translator.translate(
+        [t], source_lang="eng_Latn", target_lang="fra_Latn", max_new_tokens=12) if out.text)
+    body = {"text": text, "model": nllb.name, "source_lang": "en", "target_lang": "fr", "max_new_tokens": 12,
+            "stream": True}
+    with client.stream("POST", "/v1/generate", json=body) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    assert "".join(e["text"] for e in events) == expected.text
+    assert events[-1]["usage"]["output_tokens"] == len(expected.token_ids)  # the language token counts
