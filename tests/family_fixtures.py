@@ -7,6 +7,11 @@ decoder_start = eos = 2), and writes everything with ``save_pretrained``, exactl
 
 The language codes are importable as ``M2M100_LANGS`` (bare codes; the tokens are ``__{code}__``), ``NLLB_LANGS``
 and ``MBART50_LANGS``; they are the lists the tokenizer classes define by default.
+
+transformers 5 quirks (checked with 5.23): M2M100Tokenizer only treats ``__xx__`` as special tokens when they are
+passed as ``additional_special_tokens`` (as the Hub files do, and build_m2m100 does); built without them, decode keeps
+"__fr__" in the text. Its decode renders ids past the tokenizer (the madeup-word rows) as a literal "<unk>", even
+with ``skip_special_tokens=True``.
 """
 
 from __future__ import annotations
@@ -229,8 +234,8 @@ def build_m2m100(path: Path, seed: int = 0, d_model: int = 32, madeup_words: int
     vocab.json is fairseq's dictionary: <s>, <pad>, </s>, <unk>, then the pieces by decreasing frequency in the
     SentencePiece-encoded training corpus (pieces that never occur are left out and encode to <unk>), so its ids
     are not spm ids + an offset. The language tokens ``__xx__`` follow at len(vocab.json) + index in M2M100_LANGS
-    (they live only in the tokenizer class), and as m2m100_418M (128112 rows for 128104 tokens) the embedding has
-    ``madeup_words`` more rows.
+    (ids computed by the tokenizer class; the saved files only list the tokens, under ``extra_special_tokens``), and
+    as m2m100_418M (128112 rows for 128104 tokens) the embedding has ``madeup_words`` more rows.
     """
     import torch
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
@@ -240,21 +245,25 @@ def build_m2m100(path: Path, seed: int = 0, d_model: int = 32, madeup_words: int
     spm_bytes = _train_spm(corpus, 320, "bpe")
     sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
     counts = Counter(piece for line in corpus for piece in sp.encode(line, out_type=str))
-    pieces = sorted((p for p in counts if not sp.IsUnknown(sp.PieceToId(p))), key=lambda p: (-counts[p], sp.PieceToId(p)))
+    pieces = sorted((p for p in counts if not sp.IsUnknown(sp.PieceToId(p))),
+                    key=lambda p: (-counts[p], sp.PieceToId(p)))
     vocab = {tok: i for i, tok in enumerate(list(SPECIAL_IDS) + pieces)}
     scratch = path / "_spm_source"
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "sentencepiece.bpe.model").write_bytes(spm_bytes)
     (scratch / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=2), encoding="utf-8")
-    tokenizer = M2M100Tokenizer(vocab_file=str(scratch / "vocab.json"), spm_file=str(scratch / "sentencepiece.bpe.model"),
-                                src_lang="en", num_madeup_words=madeup_words, model_max_length=128)
+    # The Hub checkpoints list the language tokens as additional special tokens (special_tokens_map.json and
+    # tokenizer_config.json); without them transformers 5 would not treat __xx__ as special (nor skip it in decode).
+    tokenizer = M2M100Tokenizer(vocab_file=str(scratch / "vocab.json"),
+                                spm_file=str(scratch / "sentencepiece.bpe.model"), src_lang="en",
+                                additional_special_tokens=[f"__{code}__" for code in M2M100_LANGS],
+                                num_madeup_words=madeup_words, model_max_length=128)
     tokenizer.save_pretrained(path)
     _remove(scratch)
 
     torch.manual_seed(seed + _MODEL_SEED_OFFSET["m2m100"])
-    # len(tokenizer) counts vocab.json only: the language tokens are not added tokens in M2M100Tokenizer.
     n_tokens = len(vocab) + len(M2M100_LANGS)
-    assert tokenizer.convert_tokens_to_ids(f"__{M2M100_LANGS[-1]}__") == n_tokens - 1
+    assert tokenizer.convert_tokens_to_ids(f"__{M2M100_LANGS[-1]}__") == n_tokens - 1 == len(tokenizer) - 1
     config = M2M100Config(activation_function="relu", **_common_config(n_tokens + madeup_words, d_model))
     model = M2M100ForConditionalGeneration(config).eval()
     _randomize(model, seed, embed_std=0.2)

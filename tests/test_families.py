@@ -28,6 +28,11 @@ def family(request, family_checkpoints):
     return name, path, source, targets, hf_tok, hf_model
 
 
+def language_id(hf_tok, code: str) -> int:
+    """transformers' id for a target code (M2M100 names `fr` as the token `__fr__`)."""
+    return hf_tok.get_lang_id(code) if hasattr(hf_tok, "get_lang_id") else hf_tok.convert_tokens_to_ids(code)
+
+
 def run_cli(path, tmp_path, lines, *args) -> list[str]:
     src, out = tmp_path / "src.txt", tmp_path / "out.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -78,7 +83,7 @@ def test_cli_translations_match_generate(family, tmp_path, beams, length_penalty
     batch = hf_tok(LINES, return_tensors="pt", padding=True)
     for target in targets:
         with torch.no_grad():
-            ids = hf_model.generate(**batch, forced_bos_token_id=hf_tok.convert_tokens_to_ids(target),
+            ids = hf_model.generate(**batch, forced_bos_token_id=language_id(hf_tok, target),
                                     num_beams=beams, length_penalty=length_penalty, max_new_tokens=MAX_NEW_TOKENS)
         expected = hf_tok.batch_decode(ids, skip_special_tokens=True)
         got = run_cli(path, tmp_path, LINES, "--source-lang", source, "--target-lang", target, "--beam-size",
@@ -91,7 +96,7 @@ def test_cli_translations_match_generate(family, tmp_path, beams, length_penalty
 def test_nbest_scores_match_sequences_scores(family):
     _, path, source, targets, hf_tok, hf_model = family
     batch = hf_tok(LINES[:3], return_tensors="pt", padding=True)
-    out = hf_model.generate(**batch, forced_bos_token_id=hf_tok.convert_tokens_to_ids(targets[1]), num_beams=4,
+    out = hf_model.generate(**batch, forced_bos_token_id=language_id(hf_tok, targets[1]), num_beams=4,
                             num_return_sequences=3, max_new_tokens=MAX_NEW_TOKENS, output_scores=True,
                             return_dict_in_generate=True)
     expected = hf_tok.batch_decode(out.sequences, skip_special_tokens=True)
