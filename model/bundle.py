@@ -18,7 +18,7 @@ from .checkpoint import load_network
 from .config import GenerationDefaults, read_generation_defaults, read_json
 from .errors import CheckpointError
 from .families import Family, Languages, Tokenizer, family_for
-from .languages import match_language
+from .languages import UnsupportedLanguage, match_language
 from .quantize import quantize_int8
 from .search import DecodeParams
 from .transformer import Seq2SeqTransformer
@@ -61,10 +61,15 @@ class ModelBundle:
     def max_positions(self) -> int:
         return self.config.max_position_embeddings
 
-    def resolve_languages(self, source_lang: str | None, target_lang: str | None) -> tuple[str | None, str | None]:
+    def resolve_languages(self, source_lang: str | None, target_lang: str | None,
+                          translating: bool = True) -> tuple[str | None, str | None]:
         """User codes (ISO 639-1/639-3, BCP-47, the model's own) → the model's codes; a missing one takes the
-        model's default. Raises UnsupportedLanguage naming the field and the supported codes."""
+        model's default. A translation into a model whose target is a forced token must name the target (free
+        generation need not). Raises UnsupportedLanguage naming the field and the supported codes."""
         langs = self.languages
+        if (translating and target_lang is None and langs.target_forced and langs.default_target is None
+                and self.generation.forced_bos_token_id is None):
+            raise UnsupportedLanguage("target_lang", None, langs.target)
         source = langs.default_source if source_lang is None else (
             match_language(source_lang, langs.source, "source_lang") if langs.source else source_lang)
         target = langs.default_target if target_lang is None else match_language(target_lang, langs.target,

@@ -30,12 +30,15 @@ _TAG = re.compile(r"([a-z]{2,3})(?:[-_]([a-z]{4}))?(?:[-_]([a-z]{2}|[0-9]{3}))?"
 
 
 class UnsupportedLanguage(ValueError):
-    """A requested language a model lacks (`candidates` empty), or names several of its codes (`candidates`)."""
+    """A requested language a model lacks (`candidates` empty), names several of its codes (`candidates`), or
+    none given where the model needs one (`code` None)."""
 
-    def __init__(self, field: str, code: str, supported: Sequence[str], candidates: Sequence[str] = ()):
+    def __init__(self, field: str, code: str | None, supported: Sequence[str], candidates: Sequence[str] = ()):
         self.field, self.code = field, code
         self.supported, self.candidates = list(supported), list(candidates)
-        if self.candidates:
+        if code is None:
+            message = f"{field} is required by this model; supported: {', '.join(self.supported)}"
+        elif self.candidates:
             message = f"{field} {code!r} is ambiguous for this model: {', '.join(self.candidates)}"
         else:
             message = (f"{field} {code!r} is not supported by this model; supported: "

@@ -32,9 +32,10 @@ class ModelService:
         self.loop.stop()
 
     # ---- validation: every limit is checked before anything is queued -----------------------------------
-    def _languages(self, source_lang: str | None, target_lang: str | None) -> tuple[str | None, str | None]:
+    def _languages(self, source_lang: str | None, target_lang: str | None,
+                   translating: bool = True) -> tuple[str | None, str | None]:
         try:
-            return self.bundle.resolve_languages(source_lang, target_lang)
+            return self.bundle.resolve_languages(source_lang, target_lang, translating)
         except UnsupportedLanguage as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field=e.field, limit=list(e.supported)) from None
 
@@ -126,7 +127,7 @@ class ModelService:
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
         params = self._params(job.options, job.beams_field)
-        source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
+        source_lang, target_lang = self._languages(job.source_lang, job.target_lang, translating=False)
         source, = self._sources((job.text,), ("text",), source_lang, target_lang)
         (request, queue), = self.loop.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)

@@ -78,6 +78,7 @@ def test_a_missing_source_uses_the_models_default(served):
     ({"target_lang": "xx"}, "target_lang", "fra_Latn"),
     ({"target_lang": "fr", "source_lang": "qq"}, "source_lang", "eng_Latn"),
     ({"target_lang": "zh"}, "target_lang", "zho_Hant"),  # ambiguous: simplified or traditional
+    ({}, "target_lang", "fra_Latn"),  # NLLB forces the target's token: a translation must name it
 ])
 def test_unknown_language_codes_get_422_naming_the_field(served, body, field, listed):
     client, _, nllb = served

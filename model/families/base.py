@@ -18,6 +18,7 @@ class Languages:
     target: tuple[str, ...] = ()
     default_source: str | None = None
     default_target: str | None = None
+    target_forced: bool = False  # the target is a token forced first: a translation must name one
 
 
 class Tokenizer(Protocol):

@@ -104,7 +104,8 @@ class LanguageTokenTokenizer:
         self.pieces, self.codes, self.legacy_suffix = pieces, codes, legacy_suffix
         self.eos_id, self.pad_id = pieces.token_id(eos_token), pieces.token_id(pad_token)
         self.languages = Languages(source=tuple(codes), target=tuple(codes),
-                                   default_source=default_source if default_source in codes else None)
+                                   default_source=default_source if default_source in codes else None,
+                                   target_forced=True)
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         ids = self.pieces.encode(text)
