@@ -41,7 +41,9 @@ def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
 
 
 def _ban_completions(scores: torch.Tensor, search: Search, word: tuple[int, ...]) -> None:
+    """Ban the last token of `word` on rows whose decoder input ends with the rest of it; like transformers,
+    the decoder input includes the start token."""
     prefix = list(word[:-1])
     for row, seq in zip(search.rows, search.sequences):
-        if seq[len(seq) - len(prefix):] == prefix:
+        if len(prefix) <= len(seq) + 1 and ([search.start_id] + seq)[len(seq) + 1 - len(prefix):] == prefix:
             scores[row, word[-1]] = NEG_INF

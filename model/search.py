@@ -41,6 +41,9 @@ class DecodeParams:
                              f"({self.num_beams})")
         if self.do_sample and self.num_beams > 1:
             raise ValueError("sampling with num_beams > 1 is not supported")
+        if not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"sampling needs temperature > 0, 0 < top_p <= 1 and top_k >= 0; got temperature "
+                             f"{self.temperature}, top_p {self.top_p}, top_k {self.top_k}")
 
 
 @dataclass
@@ -115,9 +118,11 @@ class SingleSearch(Search):
             kth = torch.topk(scores, p.top_k).values[-1]
             scores = scores.masked_fill(scores < kth, NEG_INF)
         if p.top_p < 1.0:
-            sorted_scores, order = torch.sort(scores, descending=True)
-            cumulative = sorted_scores.softmax(-1).cumsum(-1)
-            drop = cumulative - sorted_scores.softmax(-1) >= p.top_p  # keep the smallest set reaching top_p
+            # transformers' TopPLogitsWarper op for op (ascending order, so ties at the cut resolve alike): drop
+            # the least likely tokens while their mass stays within 1 - top_p, never the most likely one.
+            sorted_scores, order = torch.sort(scores, descending=False)
+            drop = sorted_scores.softmax(-1).cumsum(-1) <= 1 - p.top_p
+            drop[-1:] = False
             scores = scores.masked_fill(drop.scatter(0, order, drop), NEG_INF)
         probs = scores.softmax(-1).cpu()
         return int(torch.multinomial(probs, 1, generator=self.generator))

@@ -45,25 +45,40 @@ def test_alone_equals_inside_padded_batch(translator, beams):
 
 
 def test_requests_join_and_leave_between_steps(translator):
-    """Rows freed by finished requests are refilled; compaction keeps every request's output intact."""
-    alone = {i: translator.translate([s], beam_size=2, max_new_tokens=25)[0].token_ids
+    """Rows freed by finished requests are refilled; compaction keeps every request's output intact.
+
+    Greedy (1 row) and 2-beam requests alternate, 12 rows in all through a decoder of 5, with staggered
+    length limits (this tiny model rarely ends before its limit) so that requests finish at different steps:
+    each request must give exactly what it gives decoded alone with its own parameters, greedy ones included."""
+    tok, capacity = translator.bundle.tokenizer, 5
+    limits = [5, 14, 8, 20, 6, 11, 25, 9]
+    params = [DecodeParams(max_new_tokens=limits[i], num_beams=2 if i % 2 else 1, forced_eos_token_id=0,
+                           bad_words_ids=((tok.pad_id,),)) for i in range(len(SENTENCES))]
+    alone = {i: translator.translate([s], beam_size=params[i].num_beams, max_new_tokens=limits[i])[0]
              for i, s in enumerate(SENTENCES)}
-    decoder = BatchDecoder(translator.bundle.network, capacity=5, max_source_len=128, max_target_len=26)
-    params = [DecodeParams(max_new_tokens=25, num_beams=2 if i % 2 else 1, forced_eos_token_id=0,
-                           bad_words_ids=((translator.bundle.tokenizer.pad_id,),)) for i in range(len(SENTENCES))]
-    sources = [translator.bundle.tokenizer.encode(s) for s in SENTENCES]
+    assert sum(p.num_beams for p in params) > capacity
+    decoder = BatchDecoder(translator.bundle.network, capacity=capacity, max_source_len=128, max_target_len=26)
+    sources = [tok.encode(s) for s in SENTENCES]
     pending, results = list(range(len(SENTENCES))), {}
+    joined_mid_flight = moved = 0
     while pending or decoder.searches:
         while pending and decoder.free_rows >= params[pending[0]].num_beams:
             i = pending.pop(0)
+            joined_mid_flight += any(s.cur_len > 1 for s in decoder.searches.values())
             decoder.admit([(i, sources[i], params[i])])
-        assert decoder.live_rows <= 5
+        assert decoder.live_rows <= capacity
+        rows_before = {key: list(s.rows) for key, s in decoder.searches.items()}
         for event in decoder.step():
             if event.results:
-                results[event.key] = event.results[0].token_ids
+                results[event.key] = event.results[0]
+        moved += sum(s.rows != rows_before[key] for key, s in decoder.searches.items())
+        live = sorted(r for s in decoder.searches.values() for r in s.rows)
+        assert live == list(range(decoder.live_rows))  # compact: live rows fill [0, n)
+    assert joined_mid_flight and moved  # the scenario really refilled freed rows and compacted live ones
+    assert sorted(results) == list(range(len(SENTENCES)))
     for i in range(len(SENTENCES)):
-        if params[i].num_beams == 2:
-            assert results[i] == alone[i]
+        assert results[i].token_ids == alone[i].token_ids, (i, params[i].num_beams)
+        assert results[i].score == pytest.approx(alone[i].score, abs=1e-4), i
     assert decoder.live_rows == 0
 
 
