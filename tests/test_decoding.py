@@ -3,6 +3,7 @@
 import pytest
 import torch
 from marian_fixtures import SENTENCES
+from oracles import assert_cached_steps_equal_full
 
 from model import BatchDecoder, DecodeParams, Translator, load
 
@@ -15,24 +16,7 @@ def translator(checkpoint):
 def test_cached_steps_equal_full_redecoding(checkpoint):
     """Greedy decoding on the KV cache gives, at every step, the logits of a full teacher-forced pass."""
     bundle = load(checkpoint)
-    model, tok = bundle.network, bundle.tokenizer
-    sources = [tok.encode(s) for s in SENTENCES]
-    src = torch.full((len(sources), max(map(len, sources))), model.config.pad_token_id)
-    for i, ids in enumerate(sources):
-        src[i, : len(ids)] = torch.tensor(ids)
-    mask = src != model.config.pad_token_id
-    steps = 12
-    cache = model.new_cache(len(sources), steps + 1, src.shape[1])
-    with torch.inference_mode():
-        k, v = model.cross_kv(model.encode(src, mask))
-        cache.write_source(torch.arange(len(sources)), k, v, mask)
-        prefix = torch.full((len(sources), 1), model.config.decoder_start_token_id)
-        for t in range(steps):
-            cached = model.decode_step(cache, prefix[:, -1], torch.full((len(sources),), t), t + 1, src.shape[1])
-            full = model(src, mask, prefix)[:, -1]
-            assert (cached - full).abs().max().item() < 1e-4
-            assert torch.equal(cached.argmax(-1), full.argmax(-1))
-            prefix = torch.cat([prefix, cached.argmax(-1, keepdim=True)], dim=1)
+    assert_cached_steps_equal_full(bundle.network, [bundle.tokenizer.encode(s) for s in SENTENCES])
 
 
 @pytest.mark.parametrize("beams", [1, 3])
