@@ -23,10 +23,10 @@ import time
 import torch
 from num2words import num2words
 
-from model.search import DecodeParams
-from model.translator import Translator
+from model import DecodeParams, Translator
 from server.engine import Engine
 from server.loop import EngineLoop
+from server.metrics import EngineStats
 from server.request import FinalOutput
 from server.scheduler import Plan, Scheduler
 
@@ -107,7 +107,7 @@ async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params
         while queue:
             ids = queue.pop()
             start = time.perf_counter()
-            (request, outputs), = loop.submit([ids], params)
+            (request, outputs), = loop.submit([(ids, params)])
             async for output in loop.outputs(request, outputs):
                 if isinstance(output, FinalOutput):
                     tokens += len(output.hypotheses[0].token_ids)
@@ -123,9 +123,10 @@ def run_mode(translator: Translator, mode: str, clients: int, sources, params) -
     rows = 1 if mode == "one-at-a-time" else max(clients * params.num_beams, params.num_beams)
     static = mode == "request-level"
     scheduler_cls = RequestLevelScheduler if static else Scheduler
-    engine = (StaticBatchEngine if static else Engine)(translator, rows, max_input_tokens=64,
+    engine = (StaticBatchEngine if static else Engine)(translator.bundle.network, rows, max_input_tokens=64,
                                                       max_new_tokens=params.max_new_tokens)
-    loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_queued=10_000)).start()
+    loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_queued=10_000),
+                      EngineStats(mode)).start()
     try:
         start = time.perf_counter()
         latencies, tokens = asyncio.run(drive(loop, sources, clients, params))

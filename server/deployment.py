@@ -164,6 +164,7 @@ class RayModels:
         """One scrape for every replica process on this node (prometheus-client multiprocess mode)."""
         if METRICS_DIR_ENV not in os.environ:
             return generate_latest(REGISTRY)
+        metrics.reap_dead_processes(os.environ[METRICS_DIR_ENV])
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=os.environ[METRICS_DIR_ENV])
         return generate_latest(registry)

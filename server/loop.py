@@ -25,9 +25,8 @@ log = logging.getLogger(__name__)
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats | None = None):
-        self.engine, self.scheduler = engine, scheduler
-        self.stats = stats or EngineStats()
+    def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats):
+        self.engine, self.scheduler, self.stats = engine, scheduler, stats
         self.lock = threading.Condition()
         self.heartbeat = time.monotonic()
         self.stopping = False

@@ -9,8 +9,9 @@ clusters (exported as ray_<name>, tagged with deployment and replica).
 from __future__ import annotations
 
 import os
+import re
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, multiprocess
 
 # In multiprocess mode (Ray Serve replicas) every process writes its samples into this directory.
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -64,6 +65,9 @@ class Labelled:
     def observe(self, value: float) -> None:
         self._record("observe", value)
 
+    def set(self, value: float) -> None:
+        self._record("set", value)
+
     def _record(self, method: str, value: float) -> None:
         tags = dict(zip(self.metric.label_names, self.values))
         self.metric._record(method, value, self.metric.prom.labels(*self.values), tags)
@@ -81,10 +85,13 @@ TIME_PER_OUTPUT_TOKEN = Mirrored(Histogram, "s2s_time_per_output_token_seconds",
 INPUT_TOKENS = Mirrored(Counter, "s2s_input_tokens_total", "Source tokens of finished sequences")
 OUTPUT_TOKENS = Mirrored(Counter, "s2s_output_tokens_total",
                          "Generated tokens of finished sequences' best hypotheses (</s> and language tokens included)")
-RUNNING = Mirrored(Gauge, "s2s_running_sequences", "Sequences in the running batch", multiprocess_mode="livesum")
-WAITING = Mirrored(Gauge, "s2s_waiting_sequences", "Sequences waiting to be admitted", multiprocess_mode="livesum")
+# Per model: each model has its own engine loop, and several share a process (--no-ray, multiplexed replicas).
+RUNNING = Mirrored(Gauge, "s2s_running_sequences", "Sequences in the running batch", ("model",),
+                   multiprocess_mode="livesum")
+WAITING = Mirrored(Gauge, "s2s_waiting_sequences", "Sequences waiting to be admitted", ("model",),
+                   multiprocess_mode="livesum")
 KV_ROWS_USED = Mirrored(Gauge, "s2s_kv_cache_rows_used", "KV-cache rows in use (a beam request holds one per beam)",
-                        multiprocess_mode="livesum")
+                        ("model",), multiprocess_mode="livesum")
 BATCH_ROWS = Mirrored(Histogram, "s2s_batch_rows", "Rows decoded per engine step", buckets=ROW_BUCKETS)
 STEP_TIME = Mirrored(Histogram, "s2s_engine_step_seconds", "Engine step time (admission + one decoder step)",
                      buckets=STEP_BUCKETS)
@@ -92,6 +99,25 @@ ENGINE_FAILURES = Mirrored(Counter, "s2s_engine_failures_total", "Engine steps t
 
 ALL = (REQUESTS, REQUEST_LATENCY, QUEUE_WAIT, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, INPUT_TOKENS,
        OUTPUT_TOKENS, RUNNING, WAITING, KV_ROWS_USED, BATCH_ROWS, STEP_TIME, ENGINE_FAILURES)
+
+
+def reap_dead_processes(path: str) -> None:
+    """Forget the live gauges of processes that died without saying so (a killed replica): prometheus-client's
+    multiprocess files outlive their process, and a `livesum` gauge would keep its last value forever."""
+    for name in os.listdir(path):
+        match = re.fullmatch(r"gauge_live\w*_(\d+)\.db", name)
+        if match and not pid_alive(int(match.group(1))):
+            multiprocess.mark_process_dead(int(match.group(1)), path)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def enable_ray_export() -> None:
@@ -102,13 +128,15 @@ def enable_ray_export() -> None:
 
 
 class EngineStats:
-    """Every metric the engine loop records, written here (the loop only runs steps)."""
+    """Every metric one model's engine loop records, written here (the loop only runs steps)."""
 
-    @staticmethod
-    def queues(waiting: int, running: int, rows_used: int) -> None:
-        WAITING.set(waiting)
-        RUNNING.set(running)
-        KV_ROWS_USED.set(rows_used)
+    def __init__(self, model: str):
+        self.waiting, self.running, self.rows = WAITING.labels(model), RUNNING.labels(model), KV_ROWS_USED.labels(model)
+
+    def queues(self, waiting: int, running: int, rows_used: int) -> None:
+        self.waiting.set(waiting)
+        self.running.set(running)
+        self.rows.set(rows_used)
 
     @staticmethod
     def admitted(requests, now: float) -> None:

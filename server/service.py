@@ -14,6 +14,7 @@ from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, 
 from .engine import Engine
 from .errors import InvalidRequest, RequestTimeout
 from .loop import EngineLoop
+from .metrics import EngineStats
 from .registry import model_limits
 from .request import ErrorOutput, FinalOutput, TokenOutput
 from .scheduler import Scheduler
@@ -26,7 +27,7 @@ class ModelService:
         self.settings = settings = model_limits(settings, bundle.max_positions)
         engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
         scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests)
-        self.loop = EngineLoop(engine, scheduler).start()
+        self.loop = EngineLoop(engine, scheduler, EngineStats(name)).start()
 
     def close(self) -> None:
         self.loop.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -11,6 +12,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -57,3 +60,56 @@ def running_server(*args: str, timeout: float = 60.0):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def eventually(condition, timeout: float = 10.0, interval: float = 0.02):
+    """Poll `condition()` until it returns something truthy or `timeout` seconds pass; return its last value
+    (the caller asserts on it, so a condition that never holds fails with the value it last had)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+class Scrape:
+    """One Prometheus text page, parsed (prometheus_client's own parser): sample values by name and labels."""
+
+    def __init__(self, text: str):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.samples = [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text)
+                        for s in family.samples]
+
+    @classmethod
+    def of(cls, url: str) -> "Scrape":
+        response = httpx.get(url + "/metrics", timeout=30)
+        assert response.status_code == 200, response.text
+        return cls(response.text)
+
+    def get(self, name: str, **labels) -> float:
+        """The sum of the samples called `name` whose labels include `labels` (0 when there are none)."""
+        return sum(value for n, have, value in self.samples
+                   if n == name and all(have.get(k) == str(v) for k, v in labels.items()))
+
+    def buckets(self, name: str, **labels) -> dict[float, float]:
+        """A histogram's cumulative buckets, upper bound → count (summed over the other labels)."""
+        out: dict[float, float] = {}
+        for n, have, value in self.samples:
+            if n == name + "_bucket" and all(have.get(k) == str(v) for k, v in labels.items()):
+                out[float(have["le"])] = out.get(float(have["le"]), 0.0) + value
+        return out
+
+    def delta(self, before: "Scrape", name: str, **labels) -> float:
+        return self.get(name, **labels) - before.get(name, **labels)
+
+
+def send_and_keep_open(url: str, path: str, body: dict) -> socket.socket:
+    """POST `body` to url + path on a raw connection and return it unread: closing it is a client hanging up."""
+    address = urlsplit(url)
+    payload = json.dumps(body).encode()
+    conn = socket.create_connection((address.hostname, address.port))
+    conn.sendall(f"POST {address.path}{path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    return conn

@@ -1,7 +1,11 @@
 """Every 4xx path through FastAPI's TestClient: JSON naming the field, the problem and the limit."""
 
+import json
+import time
+
 import pytest
 from fastapi.testclient import TestClient
+from server_process import Scrape, eventually
 
 from server.app import create_app
 from server.local import LocalModels
@@ -92,7 +96,6 @@ def test_streaming_equals_non_streaming(client):
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
-    import json
     events = [json.loads(line[len("data: "):]) for line in lines[:-1]]
     assert "".join(e["text"] for e in events) == whole["text"]
     assert events[-1]["finish_reason"] == whole["finish_reason"]
@@ -108,18 +111,80 @@ def test_stop_strings_cut_the_output(client):
     assert cut["text"] == full[: full.index(stop)]
 
 
-def test_models_health_and_metrics(client):
+def test_models_and_health(client):
     card = client.get("/v1/models").json()["models"][0]
     assert card["languages"] == ["de", "fr"] and card["limits"]["max_texts"] == 8
     assert client.get("/healthz").status_code == 200
-    client.post("/v1/translate", json={"text": "hello"})
-    text = client.get("/metrics").text
-    for name in ("s2s_requests_total", "s2s_request_latency_seconds", "s2s_queue_wait_seconds",
-                 "s2s_time_to_first_token_seconds", "s2s_time_per_output_token_seconds", "s2s_input_tokens_total",
-                 "s2s_output_tokens_total", "s2s_running_sequences", "s2s_waiting_sequences", "s2s_batch_rows",
-                 "s2s_kv_cache_rows_used", "s2s_engine_step_seconds"):
-        assert name in text, name
-    assert 's2s_requests_total{route="/v1/translate",status="200"}' in text
+
+
+def scrape(client) -> Scrape:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    return Scrape(response.text)
+
+
+def test_metric_values_move_with_the_requests_made(client):
+    """Not just names (prometheus-client prints every HELP/TYPE line at import): the values change by exactly
+    what a known set of requests did, as the responses themselves report it."""
+    translations = [{"text": "hello world", "max_new_tokens": 6},
+                    {"text": ["the quick brown fox", "jumps", "  "], "max_new_tokens": 5, "target_lang": "fr"},
+                    {"text": "hello", "beam_size": 3, "n_best": 2, "max_new_tokens": 4}]
+    sequences = 1 + 2 + 1 + 1  # the blank text is never decoded; the generation below is the fifth
+    before = scrape(client)
+    timed = []  # (route, seconds as the client saw them, response)
+    calls = [*(("/v1/translate", body) for body in translations), ("/v1/translate", {"text": "a", "beam_size": 0}),
+             ("/v1/generate", {"text": "hello world", "max_new_tokens": 7})]
+    for path, body in calls:
+        start = time.monotonic()
+        response = client.post(path, json=body)
+        timed.append((path, time.monotonic() - start, response))
+    assert [r.status_code for _, _, r in timed] == [200, 200, 200, 422, 200]
+    usage = [r.json()["usage"] for _, _, r in timed if r.status_code == 200]
+    input_tokens = sum(u["input_tokens"] for u in usage)
+    output_tokens = sum(u["output_tokens"] for u in usage)  # of the best hypotheses: /v1/translate's usage
+    assert input_tokens > 0 and output_tokens > 0
+
+    # The engine thread records a finished sequence's tokens just after handing its result over: poll briefly.
+    polls = []
+
+    def caught_up():
+        polls.append(s := scrape(client))
+        return (s.delta(before, "s2s_output_tokens_total") >= output_tokens
+                and s.delta(before, "s2s_time_to_first_token_seconds_count") >= sequences and s)
+
+    after = eventually(caught_up, timeout=5)
+    assert after, "the token and first-token metrics never caught up with the requests"
+
+    requests = "s2s_requests_total"
+    assert after.delta(before, requests, route="/v1/translate", status="200") == 3
+    assert after.delta(before, requests, route="/v1/translate", status="422") == 1
+    assert after.delta(before, requests, route="/v1/generate", status="200") == 1
+    assert after.delta(before, requests, route="/metrics", status="200") == len(polls)  # `before`, earlier polls
+
+    assert after.delta(before, "s2s_input_tokens_total") == input_tokens
+    assert after.delta(before, "s2s_output_tokens_total") == output_tokens
+    assert after.delta(before, "s2s_queue_wait_seconds_count") == sequences
+    assert after.delta(before, "s2s_time_to_first_token_seconds_count") == sequences
+    assert 0 <= after.delta(before, "s2s_time_per_output_token_seconds_count") <= sequences
+    steps = after.delta(before, "s2s_engine_step_seconds_count")
+    assert steps >= 4  # the four decoding requests ran one after another, each at least one step
+    assert after.delta(before, "s2s_batch_rows_count") == steps  # both are recorded once per step
+    assert after.delta(before, "s2s_engine_failures_total") == 0
+    for gauge in ("s2s_running_sequences", "s2s_waiting_sequences", "s2s_kv_cache_rows_used"):
+        assert after.get(gauge) == 0, gauge
+
+    # Latency: one observation per request, in every bucket at or above what the client itself measured (the
+    # server's own measure is shorter), and a sum no larger than the client's.
+    for route in ("/v1/translate", "/v1/generate"):
+        mine = [seconds for path, seconds, _ in timed if path == route]
+        name = "s2s_request_latency_seconds"
+        assert after.delta(before, name + "_count", route=route) == len(mine)
+        assert 0 < after.delta(before, name + "_sum", route=route) <= sum(mine)
+        buckets, earlier = after.buckets(name, route=route), before.buckets(name, route=route)
+        assert buckets[float("inf")] - earlier.get(float("inf"), 0) == len(mine)
+        for bound, count in buckets.items():
+            moved = count - earlier.get(bound, 0)
+            assert sum(s <= bound for s in mine) <= moved <= len(mine), (route, bound, moved, mine)
 
 
 def test_timeout_frees_rows(checkpoint):
@@ -131,11 +196,7 @@ def test_timeout_frees_rows(checkpoint):
                                                             "beam_size": 4}), 504)
             assert error["limit"] == 0.02
             service = models.services[models.registry.default]
-            import time
-            deadline = time.monotonic() + 5
-            while service.loop.engine.rows_in_use and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert service.loop.engine.rows_in_use == 0
+            assert eventually(lambda: service.loop.engine.rows_in_use == 0, timeout=5)
     finally:
         models.close()
 

@@ -3,6 +3,7 @@ replacement of a replica whose engine fails, metrics across replicas, and a two-
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_process import free_port
+from server_process import Scrape, eventually, free_port, send_and_keep_open
 
 from server.ray_main import local_runtime_env
 from server.settings import Settings
@@ -23,13 +24,27 @@ SETTINGS = Settings(max_batch_rows=16, max_queued_requests=64, max_new_tokens=64
 
 
 @pytest.fixture(scope="session")
-def serve_url(tmp_path_factory):
+def metrics_dir(tmp_path_factory) -> Path:
+    """PROMETHEUS_MULTIPROC_DIR of every Ray process: each replica writes its samples into files named by pid."""
+    return tmp_path_factory.mktemp("metrics")
+
+
+@pytest.fixture(scope="session")
+def serve_url(metrics_dir):
     import ray
     from ray import serve
 
-    metrics_dir = tmp_path_factory.mktemp("metrics")
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=6,
-             runtime_env=local_runtime_env(str(metrics_dir)), log_to_driver=False)
+    # Ray's processes send their metrics to the export port every 10 s by default; every second here (the
+    # floor), so that the export test waits a second or two. Ray's processes read it from the environment.
+    interval = "RAY_metrics_report_interval_ms"
+    set_here = interval not in os.environ
+    os.environ.setdefault(interval, "1000")
+    try:
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=6,
+                 runtime_env=local_runtime_env(str(metrics_dir)), log_to_driver=False)
+    finally:
+        if set_here:
+            del os.environ[interval]
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
@@ -85,30 +100,138 @@ def test_two_replicas_both_serve(main_app):
     assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
 
 
+def process_scrape(metrics_dir: Path, pid: int) -> Scrape:
+    """The samples one process wrote into the multiprocess directory (one replica, not the node's sum)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    files = [str(f) for f in metrics_dir.glob(f"*_{pid}.db")]
+
+    class OneProcess:
+        def collect(self):
+            return MultiProcessCollector.merge(files, accumulate=True)
+
+    registry = CollectorRegistry()
+    registry.register(OneProcess())
+    return Scrape(generate_latest(registry).decode())
+
+
 def test_streaming_and_metrics_through_serve(main_app):
+    """/metrics sums the replicas' multiprocess files: its values move by what one streamed request did."""
     url, _ = main_app
+    before = Scrape.of(url)
     with httpx.stream("POST", f"{url}/v1/generate", json={"text": ">>fr<< twelve", "stream": True},
                       timeout=60) as r:
         lines = [line for line in r.iter_lines() if line.startswith("data:")]
     assert lines[-1] == "data: [DONE]" and '"finish_reason"' in lines[-2]
-    text = httpx.get(f"{url}/metrics").text
-    assert "s2s_output_tokens_total" in text and "s2s_engine_step_seconds_count" in text
+    usage = json.loads(lines[-2][len("data:"):])["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    # The engine thread records a finished sequence just after handing its result over: poll briefly.
+    polls = []
+
+    def caught_up():
+        polls.append(s := Scrape.of(url))
+        return s.delta(before, "s2s_output_tokens_total") >= usage["output_tokens"] and s
+
+    after = eventually(caught_up, timeout=10)
+    assert after, "the output tokens never reached /metrics"
+    assert after.delta(before, "s2s_requests_total", route="/v1/generate", status="200") == 1
+    assert after.delta(before, "s2s_request_latency_seconds_count", route="/v1/generate") == 1
+    assert after.delta(before, "s2s_requests_total", route="/metrics", status="200") == len(polls)  # earlier ones
+    assert after.delta(before, "s2s_input_tokens_total") == usage["input_tokens"]
+    assert after.delta(before, "s2s_output_tokens_total") == usage["output_tokens"]
+    assert after.delta(before, "s2s_queue_wait_seconds_count") == 1
+    assert after.delta(before, "s2s_time_to_first_token_seconds_count") == 1
+    steps = after.delta(before, "s2s_engine_step_seconds_count")
+    assert steps >= 1 and after.delta(before, "s2s_batch_rows_count") == steps
+    assert all(after.get(g) == 0 for g in ("s2s_running_sequences", "s2s_waiting_sequences",
+                                           "s2s_kv_cache_rows_used"))
     assert httpx.get(f"{url}/readyz").status_code == 200
 
 
 def test_metrics_reach_rays_metrics_export_port(main_app):
-    """What a multi-node cluster scrapes: every node's metrics export port carries the replicas' s2s metrics."""
+    """What a multi-node cluster scrapes: every node's metrics export port carries the replicas' s2s metrics,
+    and their values move with the requests (they reach the port every few seconds: poll until they have)."""
     import ray
 
     url, _ = main_app
-    assert translate(url, text="seven", target_lang="it").status_code == 200
     port = ray._private.worker.global_worker.node.metrics_export_port
-    wanted = ("ray_s2s_output_tokens_total", "ray_s2s_requests_total")  # from a ModelServer and the Ingress
-    deadline, text = time.monotonic() + 90, ""
-    while time.monotonic() < deadline and not all(name in text for name in wanted):
-        time.sleep(2)  # every process reports its metrics every few seconds
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    assert all(name in text for name in wanted)
+    series = [("s2s_requests_total", {"route": "/v1/translate", "status": "200"}),  # from the Ingress
+              ("s2s_input_tokens_total", {}), ("s2s_output_tokens_total", {}),  # from the ModelServers
+              ("s2s_time_to_first_token_seconds_count", {})]
+    before = Scrape.of(url)  # /metrics reads the replicas' files: exact at once
+    responses = [translate(url, text="seven", target_lang="it", beam_size=1),
+                 translate(url, text="forty two", target_lang="de", beam_size=4)]  # tokens of the best beam only
+    assert [r.status_code for r in responses] == [200, 200]
+    usage = [r.json()["usage"] for r in responses]
+    expected = {"s2s_requests_total": 2, "s2s_input_tokens_total": sum(u["input_tokens"] for u in usage),
+                "s2s_output_tokens_total": sum(u["output_tokens"] for u in usage),
+                "s2s_time_to_first_token_seconds_count": 2}
+
+    def scrapes():
+        """/metrics, which has moved by exactly what the requests did, and the export port, once it shows the
+        same values (each process reports every second or so)."""
+        direct = Scrape.of(url)
+        if any(direct.delta(before, name, **labels) != expected[name] for name, labels in series):
+            return False
+        exported = Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+        return all(exported.get("ray_" + name, **labels) == direct.get(name, **labels) for name, labels in series) \
+            and (direct, exported)
+
+    both = eventually(scrapes, timeout=60, interval=0.5)
+    direct, exported = both or (Scrape.of(url), Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics").text))
+    for name, labels in series:  # which series did not move as the requests did, or never reached the port
+        assert direct.delta(before, name, **labels) == expected[name], name
+        assert exported.get("ray_" + name, **labels) == direct.get(name, **labels), name
+    # Every replica's series carries its deployment: both deployments report there.
+    deployments = {labels.get("deployment") for name, labels, _ in exported.samples
+                   if name in ("ray_s2s_requests_total", "ray_s2s_output_tokens_total")}
+    assert {"Ingress", "ModelServer"} <= deployments, deployments
+
+
+@pytest.fixture(scope="session")
+def slow_checkpoint(tmp_path_factory) -> Path:
+    """A wider, deeper random model: seconds per 8-beam sequence of 250 tokens, ten times the tiny one's."""
+    from marian_fixtures import build_checkpoint
+
+    return build_checkpoint(tmp_path_factory.mktemp("slow") / "slow", d_model=256, decoder_layers=6)
+
+
+def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint):
+    """A client that hangs up on a non-streaming request: Serve's proxy cancels the Ingress's request, which
+    cancels its call to the ModelServer, whose sequences leave the batch (that replica's own gauges say so)."""
+    settings = Settings(max_batch_rows=8, max_queued_requests=128, max_new_tokens=250)
+    with deployed("hangup", [str(slow_checkpoint)], settings=settings, replicas=1) as handle:
+        url = f"{serve_url}/hangup"
+        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
+        pid = handle.describe.remote().result()["pid"]
+
+        def replica() -> Scrape:
+            return process_scrape(metrics_dir, pid)
+
+        long = {"text": [f"hello world {i}" for i in range(64)], "beam_size": 8, "max_new_tokens": 250}
+        conn = send_and_keep_open(url, "/v1/translate", long)
+        try:  # decoding: one sequence of 8 beams fills the batch (rows show after its first step), 63 wait
+            decoding = eventually(lambda: (s := replica()).get("s2s_running_sequences") == 1
+                                  and s.get("s2s_kv_cache_rows_used") == 8
+                                  and s.get("s2s_waiting_sequences") > 0 and s, timeout=30)
+            assert decoding, "the long translation never started decoding"
+            at_hang_up = replica()
+        finally:
+            conn.close()
+        hung_up = time.monotonic()
+        idle = eventually(lambda: (s := replica()).get("s2s_running_sequences") == 0
+                          and s.get("s2s_waiting_sequences") == 0 and s.get("s2s_kv_cache_rows_used") == 0 and s,
+                          timeout=15)
+        waited = time.monotonic() - hung_up
+        last = replica()
+        assert idle, ("the replica kept decoding after the client hung up: "
+                      f"{last.get('s2s_running_sequences')} running, {last.get('s2s_waiting_sequences')} waiting, "
+                      f"{last.delta(at_hang_up, 's2s_output_tokens_total')} tokens finished since")
+        assert waited < 5  # one of the 64 sequences alone takes about that long
+        assert idle.delta(at_hang_up, "s2s_output_tokens_total") == 0  # the decoding one left unfinished
+        assert idle.delta(at_hang_up, "s2s_queue_wait_seconds_count") == 0  # the waiting ones never ran
+        assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
 def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):

@@ -131,9 +131,11 @@ class FakeEngine:
 
 def test_a_failing_delivery_cancels_only_its_own_request():
     from server.loop import EngineLoop
+    from server.metrics import EngineStats
 
     engine = FakeEngine(length=50)
-    loop = EngineLoop(engine, Scheduler(max_rows=4, max_batch_tokens=100, max_queued=10)).start()
+    loop = EngineLoop(engine, Scheduler(max_rows=4, max_batch_tokens=100, max_queued=10),
+                      EngineStats("fake")).start()
     got, finished = [], threading.Event()
 
     def broken(output):

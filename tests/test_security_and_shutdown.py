@@ -2,13 +2,15 @@
 
 import logging
 import signal
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from server_process import running_server
+from server_process import Scrape, eventually, running_server
 
 from server.app import create_app
 from server.local import LocalModels
@@ -59,9 +61,20 @@ def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
 
         worker = threading.Thread(target=long_request)
         worker.start()
-        time.sleep(0.5)  # the request is being decoded
+        assert eventually(lambda: Scrape.of(server.url).get("s2s_running_sequences") > 0, timeout=30), \
+            "the request never started decoding"
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        address = urlsplit(server.url)
+
+        def refusing() -> bool:
+            try:
+                socket.create_connection((address.hostname, address.port), timeout=1).close()
+                return False
+            except OSError:
+                return True
+
+        assert eventually(refusing, timeout=10), "still accepting connections after SIGTERM"
+        assert "response" not in result  # the request is still in flight
         with pytest.raises(httpx.HTTPError):  # no longer admitting
             httpx.post(f"{server.url}/v1/translate", json={"text": "late"}, timeout=5)
         worker.join(120)
@@ -74,10 +87,11 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
     settings = Settings(ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8)
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     service = models.services[models.registry.default]
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     execute = service.loop.engine.execute
 
     def stuck(plan):
+        entered.set()
         release.wait(30)  # a step that does not return, as a hung kernel would
         return execute(plan)
 
@@ -87,14 +101,19 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
             assert c.get("/readyz").status_code == 200
             worker = threading.Thread(target=lambda: c.post("/v1/translate", json={"text": "hello"}))
             worker.start()
-            time.sleep(0.5)
-            assert c.get("/readyz").status_code == 503 and c.get("/healthz").status_code == 200
-            time.sleep(0.5)
-            assert c.get("/healthz").status_code == 503
+            assert entered.wait(10), "the engine never took a step"
+            # The thresholds are the behaviour under test: poll until each route fails, then check when it did,
+            # against the loop's last sign of progress (a stuck step leaves it where it was).
+            last_progress = service.loop.heartbeat
+            assert eventually(lambda: c.get("/readyz").status_code == 503, timeout=10)
+            assert time.monotonic() - last_progress >= settings.ready_stale_s
+            assert c.get("/healthz").status_code == 200  # not yet: health waits for health_stale_s
+            assert eventually(lambda: c.get("/healthz").status_code == 503, timeout=10)
+            assert time.monotonic() - last_progress >= settings.health_stale_s
             release.set()
             worker.join(30)
-            time.sleep(0.3)
-            assert c.get("/readyz").status_code == 200 and c.get("/healthz").status_code == 200
+            assert eventually(lambda: c.get("/readyz").status_code == 200 and c.get("/healthz").status_code == 200,
+                              timeout=10)
     finally:
         release.set()
         models.close()

@@ -4,13 +4,12 @@ overload."""
 import asyncio
 import json
 import random
-import re
 import time
 
 import httpx
 import pytest
 from num2words import num2words
-from server_process import running_server
+from server_process import Scrape, eventually, running_server, send_and_keep_open
 
 LANGS = ["de", "fr", "es", "it"]
 
@@ -29,9 +28,20 @@ def tiny_server(checkpoint):
         yield server.url
 
 
-def metric(url: str, name: str) -> float:
-    text = httpx.get(url + "/metrics").text
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    # A wider, deeper random model (a few seconds per 8-beam sequence of 250 tokens here, ten times the tiny
+    # one's), 8 rows and a deep queue: 64 texts of 8 beams run one after another, minutes in all.
+    from marian_fixtures import build_checkpoint
+
+    checkpoint = build_checkpoint(tmp_path_factory.mktemp("slow") / "slow", d_model=256, decoder_layers=6)
+    with running_server("--no-ray", "--model", str(checkpoint), "--max-batch-rows", "8",
+                        "--max-queued-requests", "256") as server:
+        yield server.url
+
+
+def metric(url: str, name: str, **labels) -> float:
+    return Scrape.of(url).get(name, **labels)
 
 
 def demo_requests(n: int, seed: int = 0) -> list[dict]:
@@ -59,6 +69,9 @@ def test_64_concurrent_requests_equal_each_alone(demo_server, beam_size):
 
 
 def test_short_requests_admitted_later_finish_first(tiny_server):
+    async def decoding(client) -> bool:
+        return Scrape((await client.get("/metrics")).text).get("s2s_running_sequences") > 0
+
     async def scenario():
         async with httpx.AsyncClient(base_url=tiny_server, timeout=60) as client:
             finished = []
@@ -68,8 +81,10 @@ def test_short_requests_admitted_later_finish_first(tiny_server):
                 finished.append(name)
 
             long_task = asyncio.create_task(call("long", 250))
-            await asyncio.sleep(0.3)  # the long request is decoding
-            assert "long" not in finished
+            deadline = time.monotonic() + 10
+            while not await decoding(client) and time.monotonic() < deadline:  # until the long one decodes
+                await asyncio.sleep(0.01)
+            assert await decoding(client) and "long" not in finished
             await asyncio.gather(*(call(f"short{i}", 3) for i in range(4)))
             assert "long" not in finished
             await long_task
@@ -92,11 +107,57 @@ def test_hang_ups_mid_stream_free_their_rows(tiny_server):
         await asyncio.gather(*(hang_up() for _ in range(5)))
 
     asyncio.run(run())
-    deadline = time.monotonic() + 10
-    while metric(tiny_server, "s2s_running_sequences") > 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert metric(tiny_server, "s2s_running_sequences") == 0
+    assert eventually(lambda: metric(tiny_server, "s2s_running_sequences") == 0, timeout=10)
     assert metric(tiny_server, "s2s_kv_cache_rows_used") == 0
+
+
+def test_hang_ups_of_non_streaming_requests_cancel_them(slow_server):
+    """A client that hangs up on a plain (non-streaming) request cancels it: its running and waiting sequences
+    leave at once, long before the request would have finished, and none of them finishes afterwards."""
+    url = slow_server
+    long = {"text": [f"hello world {i}" for i in range(64)], "beam_size": 8, "max_new_tokens": 250}
+    before = Scrape.of(url)
+    translation = send_and_keep_open(url, "/v1/translate", long)
+    try:
+        # Decoding: one sequence of 8 beams fills the batch (the rows gauge follows after its first step); the
+        # other 63 wait their turn.
+        decoding = eventually(lambda: (s := Scrape.of(url)).get("s2s_running_sequences") == 1
+                              and s.get("s2s_kv_cache_rows_used") == 8
+                              and s.get("s2s_waiting_sequences") > 0 and s, timeout=10)
+        assert decoding, "the long translation never started decoding"
+
+        # A plain generation queued behind it (first come, first served), then its client hangs up: it leaves
+        # the queue. Sequences ever queued = waiting now + admitted so far (one queue-wait observation each).
+        def queued(s: Scrape) -> float:
+            return s.get("s2s_waiting_sequences") + s.delta(before, "s2s_queue_wait_seconds_count")
+
+        generation = send_and_keep_open(url, "/v1/generate", {"text": "hello", "max_new_tokens": 250})
+        assert eventually(lambda: queued(Scrape.of(url)) == 65, timeout=10), "the generation was never queued"
+        generation.close()
+        assert eventually(lambda: queued(Scrape.of(url)) == 64, timeout=10), "the generation stayed queued"
+        assert metric(url, "s2s_requests_total", route="/v1/generate", status="499") == 1
+        at_hang_up = Scrape.of(url)
+    finally:
+        translation.close()
+    hung_up = time.monotonic()
+    idle = eventually(lambda: (s := Scrape.of(url)).get("s2s_running_sequences") == 0
+                      and s.get("s2s_waiting_sequences") == 0 and s.get("s2s_kv_cache_rows_used") == 0 and s,
+                      timeout=10)
+    assert idle, "the hung-up requests kept their rows"
+    assert time.monotonic() - hung_up < 5  # one of 64 sequences alone takes about that long
+
+    # Cancelled, not finished: the sequence decoding at the hang-up left the batch unfinished (a finished
+    # sequence counts its output tokens and, past one step, a time per output token), the rest never ran,
+    # both requests were answered 499 (to nobody) and none 200, and the server serves on.
+    assert idle.delta(at_hang_up, "s2s_output_tokens_total") == 0
+    assert idle.delta(at_hang_up, "s2s_time_per_output_token_seconds_count") == 0
+    assert idle.delta(at_hang_up, "s2s_queue_wait_seconds_count") == 0
+    assert 1 <= idle.delta(before, "s2s_queue_wait_seconds_count") < 64 / 2
+    assert idle.delta(before, "s2s_requests_total", route="/v1/translate", status="499") == 1
+    assert idle.delta(before, "s2s_requests_total", route="/v1/translate", status="200") == 0
+    assert idle.delta(before, "s2s_requests_total", route="/v1/generate", status="200") == 0
+    ok = httpx.post(f"{url}/v1/translate", json={"text": "hello", "max_new_tokens": 5}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["usage"]["output_tokens"] > 0
 
 
 def test_overload_gets_503_with_retry_after_and_accepted_requests_complete(tiny_server):
