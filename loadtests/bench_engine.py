@@ -1,12 +1,21 @@
-"""Decoding speed: our engine vs transformers `generate` vs CTranslate2 on the same opus-mt-en-de-shaped model.
+"""Decoding speed: our engine vs transformers `generate` vs CTranslate2 on one random opus-mt-en-de or NLLB-600M.
+
+The random model has the shape of opus-mt-en-de (default) or NLLB-200-distilled-600M (`--shape nllb-600m`).
 
     pip install -e ".[bench]"
-    python -m loadtests.bench_engine [--batches 1,8,32] [--beams 1,4] [--out runs/bench]
+    python -m loadtests.bench_engine [--shape opus-mt-en-de|nllb-600m] [--batches 1,8,32] [--beams 1,4]
+                                     [--out runs/bench]
 
-Builds a random checkpoint with the shape of opus-mt-en-de (vocab 58,101, d_model 512, 6+6 layers, 8 heads,
-FFN 2,048, swish, tied embeddings) in the Hugging Face Marian layout, converts it with CTranslate2's converter,
-and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated tokens per
-sequence (min = max new tokens, forced </s> off, <pad> banned), so every engine does the same work.
+Builds a random checkpoint in the Hugging Face layout of the chosen model, converts it with CTranslate2's
+converter, and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated
+tokens per sequence (min = max new tokens, forced </s> off, <pad> banned), so every engine does the same work.
+- opus-mt-en-de: Marian, vocab 58,101, d_model 512, 6+6 layers, 8 heads, FFN 2,048, swish, tied embeddings
+  (74M parameters); the source is 23 random tokens + </s>.
+- nllb-600m: M2M100 as NLLB-200-distilled-600M, vocab 256,206, d_model 1,024, 12+12 layers, 16 heads,
+  FFN 4,096, ReLU, pre-norm, tied embeddings (615M parameters; init_std 0.02, the decoder's final norm weights
+  random signs), with an NLLB tokenizer.json (synthetic pieces, the 202 language codes at their real ids); the
+  source is eng_Latn + 22 random pieces + </s> and the first generated token is forced to fra_Latn in every
+  engine (one of the 32).
 Each engine runs in its own process, one after the other: CTranslate2's OpenMP threads keep spinning for a
 while after each call, and in one process they slowed every engine measured after them by up to 2×.
 Prints a markdown table of generated tokens/s, per-batch latency (median of timed runs after warm-ups), the
@@ -23,7 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -33,6 +44,12 @@ SOURCE_TOKENS, NEW_TOKENS = 24, 32
 OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
                      decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
                      activation_function="swish", scale_embedding=True, max_position_embeddings=512)
+NLLB_600M = dict(vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                 decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, activation_function="relu",
+                 scale_embedding=True, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                 decoder_start_token_id=2, init_std=0.02)
+NLLB_PIECES = 256001  # <s> <pad> </s> <unk>, then SentencePiece pieces up to id 256000; language codes follow
+NLLB_SOURCE_LANG, NLLB_TARGET_LANG = "eng_Latn", "fra_Latn"
 
 
 def build_checkpoint(path: Path) -> Path:
@@ -71,11 +88,102 @@ def _tiny_sentencepiece() -> bytes:
     return out.getvalue()
 
 
-def workload(batch: int, vocab: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(batch)
-    src = torch.randint(2, vocab - 1, (batch, SOURCE_TOKENS), generator=g)
-    src[:, -1] = 0  # </s>
-    return src
+def build_nllb_checkpoint(path: Path) -> Path:
+    """A random NLLB-200-distilled-600M-shaped M2M100 checkpoint (float32 safetensors) with NLLB's tokenizer files:
+    tokenizer.json (a BPE over synthetic pieces ▁w0… at ids 4..256000, then the 202 language codes, <mask> and
+    two made-up words, so that ids 0..256205 all exist as in the real model's vocabulary) and a
+    tokenizer_config.json for transformers' NllbTokenizer (what CTranslate2's converter loads) that lists the
+    codes in extra_special_tokens (what our loader reads)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    if (path / "config.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    vocab = {t: i for i, t in enumerate(specials)} | {f"▁w{i}": i + 4 for i in range(NLLB_PIECES - 4)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in FAIRSEQ_LANGUAGE_CODES])
+    tokenizer.add_special_tokens([AddedToken("<mask>", special=True, normalized=True, lstrip=True)])
+    tokenizer.add_tokens(["madeupword0", "madeupword1"])
+    assert tokenizer.get_vocab_size() == NLLB_600M["vocab_size"], tokenizer.get_vocab_size()
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(dict(
+        tokenizer_class="NllbTokenizer", bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
+        unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", src_lang=NLLB_SOURCE_LANG,
+        tgt_lang=NLLB_TARGET_LANG, legacy_behaviour=False, model_max_length=1024,
+        extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES)), indent=1))
+    torch.manual_seed(0)
+    config = M2M100Config(**NLLB_600M, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                          encoder_layerdrop=0.0, decoder_layerdrop=0.0, tie_word_embeddings=True)
+    model = M2M100ForConditionalGeneration(config).float()
+    # With tied embeddings and the √d-scaled input embedding in the residual stream, a random pre-norm model's
+    # greedy choice is its input token again and again (the column "greedy agrees" would say nothing); random
+    # signs in the decoder's final norm weights break that, and cost nothing.
+    signs = torch.randint(0, 2, (config.d_model,), generator=torch.Generator().manual_seed(1)) * 2 - 1
+    model.model.decoder.layer_norm.weight.data.copy_(signs)
+    model.generation_config = GenerationConfig(bos_token_id=0, decoder_start_token_id=2, eos_token_id=2,
+                                               pad_token_id=1, max_length=200)
+    model.save_pretrained(path)
+    return path
+
+
+@dataclass(frozen=True)
+class Shape:
+    directory: str  # under --out
+    build: Callable[[Path], Path]
+    model_class: str  # transformers' class
+    vocab_size: int
+    batches: str  # defaults for --batches, --beams, --engines
+    beams: str
+    engines: str
+    source_lang: str | None = None  # a language token first in the source
+    target_lang: str | None = None  # the token forced first in the output
+
+
+SHAPES = {
+    "opus-mt-en-de": Shape("opus-mt-en-de-shape", build_checkpoint, "MarianMTModel", OPUS_MT_EN_DE["vocab_size"],
+                           "1,8,32", "1,4", "transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8"),
+    "nllb-600m": Shape("nllb-600m-shape", build_nllb_checkpoint, "M2M100ForConditionalGeneration",
+                       NLLB_600M["vocab_size"], "1,8", "1,4", "transformers,ct2-float32,ours",
+                       NLLB_SOURCE_LANG, NLLB_TARGET_LANG),
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every engine is given: the source ids maker and the special ids around it."""
+
+    shape: Shape
+    pad: int
+    eos: int
+    source_lang_id: int | None = None
+    forced_bos: int | None = None  # target language id
+
+    @classmethod
+    def of(cls, shape: Shape, path: Path) -> "Workload":
+        config = json.loads((path / "config.json").read_text())
+        ids = {}
+        if shape.source_lang:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+            ids = dict(source_lang_id=tokenizer.token_to_id(shape.source_lang),
+                       forced_bos=tokenizer.token_to_id(shape.target_lang))
+        return cls(shape, config["pad_token_id"], config["eos_token_id"], **ids)
+
+    def source(self, batch: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(batch)
+        if self.source_lang_id is None:  # Marian: </s> is 0, <pad> the last id
+            src = torch.randint(2, self.shape.vocab_size - 1, (batch, SOURCE_TOKENS), generator=g)
+            src[:, -1] = self.eos
+            return src
+        pieces = torch.randint(4, NLLB_PIECES, (batch, SOURCE_TOKENS - 2), generator=g)
+        return torch.cat([torch.full((batch, 1), self.source_lang_id), pieces, torch.full((batch, 1), self.eos)], 1)
 
 
 def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
@@ -90,10 +198,10 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 
 
 class OursEngine:
-    def __init__(self, path: Path, dtype: str = "float32"):
+    def __init__(self, path: Path, work: Workload, dtype: str = "float32"):
         self.model = load(path, dtype=dtype).network
         self.dtype, self.name = dtype, f"ours {dtype}"
-        self.pad = self.model.config.pad_token_id
+        self.pad, self.forced_bos = self.model.config.pad_token_id, work.forced_bos
         self.step_seconds: list[float] = []  # of the last run
 
     def step_weight_bytes(self) -> int | None:
@@ -108,9 +216,9 @@ class OursEngine:
 
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         params = DecodeParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=beams,
-                              bad_words_ids=((self.pad,),))
+                              bad_words_ids=((self.pad,),), forced_bos_token_id=self.forced_bos)
         decoder = BatchDecoder(self.model, capacity=src.shape[0] * beams, max_source_len=SOURCE_TOKENS,
-                               max_target_len=NEW_TOKENS + 1)
+                               max_new_tokens=NEW_TOKENS)
         decoder.admit([(i, row.tolist(), params) for i, row in enumerate(src)])
         results = {}
         self.step_seconds = []
@@ -127,23 +235,24 @@ class OursEngine:
 class TransformersEngine:
     name = "transformers float32"
 
-    def __init__(self, path: Path):
-        from transformers import MarianMTModel
+    def __init__(self, path: Path, work: Workload):
+        import transformers
 
-        self.model = MarianMTModel.from_pretrained(path, dtype=torch.float32).eval()
+        model_class = getattr(transformers, work.shape.model_class)
+        self.model = model_class.from_pretrained(path, dtype=torch.float32).eval()
         self.model.generation_config.forced_eos_token_id = None
-        self.pad = self.model.config.pad_token_id
+        self.pad, self.forced_bos = self.model.config.pad_token_id, work.forced_bos
 
     @torch.inference_mode()
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         out = self.model.generate(input_ids=src, attention_mask=torch.ones_like(src), num_beams=beams,
                                   min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS, bad_words_ids=[[self.pad]],
-                                  do_sample=False)
+                                  forced_bos_token_id=self.forced_bos, do_sample=False)
         return [row[1:].tolist() for row in out]
 
 
 class CTranslate2Engine:
-    def __init__(self, path: Path, quantization: str):
+    def __init__(self, path: Path, work: Workload, quantization: str):
         import ctranslate2
 
         converted = path.parent / f"{path.name}-ct2-{quantization}"
@@ -152,15 +261,24 @@ class CTranslate2Engine:
                                                                            force=True)
         self.translator = ctranslate2.Translator(str(converted), device="cpu", inter_threads=1,
                                                  intra_threads=torch.get_num_threads())
-        vocab = json.loads((path / "vocab.json").read_text())
-        self.id_to_token = {i: t for t, i in vocab.items()}
-        self.token_to_id = vocab
+        # CTranslate2 speaks tokens: its own vocabulary (the checkpoint's, less Marian's trailing <pad>) maps ids.
+        vocab_file = converted / "shared_vocabulary.json"
+        tokens = (json.loads(vocab_file.read_text()) if vocab_file.exists()
+                  else (converted / "shared_vocabulary.txt").read_text(encoding="utf-8").split("\n"))
+        self.id_to_token = dict(enumerate(tokens))
+        self.token_to_id = {t: i for i, t in enumerate(tokens)}
+        # Marian's <pad> is out of CTranslate2's vocabulary; NLLB's is in it and banned as in the other engines.
+        pad_token = self.id_to_token.get(work.pad)
+        self.suppress = [[pad_token]] if pad_token == "<pad>" else None
+        self.prefix = None if work.forced_bos is None else [self.id_to_token[work.forced_bos]]
         self.name = f"CTranslate2 {quantization}"
 
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         batch = [[self.id_to_token[i] for i in row.tolist()] for row in src]
-        results = self.translator.translate_batch(batch, beam_size=beams, min_decoding_length=NEW_TOKENS,
-                                                  max_decoding_length=NEW_TOKENS, max_batch_size=0)
+        prefix = None if self.prefix is None else [self.prefix] * len(batch)
+        results = self.translator.translate_batch(batch, prefix, beam_size=beams, min_decoding_length=NEW_TOKENS,
+                                                  max_decoding_length=NEW_TOKENS, max_batch_size=0,
+                                                  suppress_sequences=self.suppress)
         return [[self.token_to_id[t] for t in r.hypotheses[0]] for r in results]
 
 
@@ -170,18 +288,27 @@ def cpu_name() -> str:
     return f"{name or platform.machine()} ({os.cpu_count()} cores)"
 
 
-ENGINES = {"ours": lambda path: OursEngine(path), "ours-bf16": lambda path: OursEngine(path, "bfloat16"),
-           "ours-int8": lambda path: OursEngine(path, "int8"), "transformers": lambda path: TransformersEngine(path),
-           "ct2-float32": lambda path: CTranslate2Engine(path, "float32"),
-           "ct2-int8": lambda path: CTranslate2Engine(path, "int8")}
+ENGINES = {"ours": lambda path, work: OursEngine(path, work),
+           "ours-bf16": lambda path, work: OursEngine(path, work, "bfloat16"),
+           "ours-int8": lambda path, work: OursEngine(path, work, "int8"),
+           "transformers": lambda path, work: TransformersEngine(path, work),
+           "ct2-float32": lambda path, work: CTranslate2Engine(path, work, "float32"),
+           "ct2-int8": lambda path, work: CTranslate2Engine(path, work, "int8")}
 
 
-def measure(engine_name: str, path: Path, cells: list[tuple[int, int]], warmup: int, runs: int) -> None:
+def measure(engine_name: str, path: Path, work: Workload, cells: list[tuple[int, int]], warmup: int,
+            runs: int) -> None:
     """Worker: time one engine on every (beams, batch) cell; one JSON line per cell on stdout."""
-    engine = ENGINES[engine_name](path)
+    engine = ENGINES[engine_name](path, work)
     for beams, batch in cells:
-        seconds, outputs = timed(lambda: engine.run(workload(batch, OPUS_MT_EN_DE["vocab_size"]), beams), warmup,
-                                 runs)
+        seconds, outputs = timed(lambda: engine.run(work.source(batch), beams), warmup, runs)
+        lengths = sorted({len(o) for o in outputs})
+        if lengths != [NEW_TOKENS]:
+            print(f"warning: {engine.name} beams {beams} batch {batch} generated {lengths} tokens, not {NEW_TOKENS}",
+                  file=sys.stderr, flush=True)
+        if work.forced_bos is not None and any(o[:1] != [work.forced_bos] for o in outputs):
+            print(f"warning: {engine.name} beams {beams} batch {batch}: first token not the forced target language",
+                  file=sys.stderr, flush=True)
         result = dict(engine=engine.name, beams=beams, batch=batch, seconds=seconds, outputs=outputs)
         if isinstance(engine, OursEngine):
             result.update(step_seconds=statistics.median(engine.step_seconds), step_bytes=engine.step_weight_bytes())
@@ -196,26 +323,32 @@ def read_bandwidth() -> float:
 
 
 def run_worker(engine_name: str, args: argparse.Namespace) -> list[dict]:
-    command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--out", args.out,
-               "--batches", args.batches, "--beams", args.beams, "--warmup", str(args.warmup), "--runs", str(args.runs)]
+    command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--shape", args.shape,
+               "--out", args.out, "--batches", args.batches, "--beams", args.beams, "--warmup", str(args.warmup),
+               "--runs", str(args.runs)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtests.bench_engine", description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="opus-mt-en-de", help="the model shape to build")
     p.add_argument("--out", default="runs/bench", help="where the checkpoint and conversions are kept")
-    p.add_argument("--batches", default="1,8,32")
-    p.add_argument("--beams", default="1,4")
-    p.add_argument("--engines", default="transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8")
+    p.add_argument("--batches", help="default: 1,8,32 (opus-mt-en-de), 1,8 (nllb-600m)")
+    p.add_argument("--beams", default=None, help="default: 1,4")
+    p.add_argument("--engines", help="default: transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8 "
+                                     "(nllb-600m: transformers,ct2-float32,ours); from " + ",".join(ENGINES))
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--worker", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    path = build_checkpoint(Path(args.out) / "opus-mt-en-de-shape")
+    shape = SHAPES[args.shape]
+    args.batches, args.beams = args.batches or shape.batches, args.beams or shape.beams
+    args.engines = args.engines or shape.engines
+    path = shape.build(Path(args.out) / shape.directory)
     cells = [(beams, batch) for beams in map(int, args.beams.split(",")) for batch in map(int, args.batches.split(","))]
     if args.worker:
-        measure(args.worker, path, cells, args.warmup, args.runs)
+        measure(args.worker, path, Workload.of(shape, path), cells, args.warmup, args.runs)
         return
     results = {}  # (engine name, beams, batch) → result
     for engine_name in args.engines.split(","):
@@ -223,8 +356,10 @@ def main(argv: list[str] | None = None) -> None:
         for result in run_worker(engine_name, args):
             results[result["engine"], result["beams"], result["batch"]] = result
     names = list(dict.fromkeys(name for name, _, _ in results))  # in the order measured
+    forced = f" (the first forced to {shape.target_lang})" if shape.target_lang else ""
     print(f"machine: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
-          f"its own process; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per sequence\n")
+          f"its own process; shape {args.shape}; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per "
+          f"sequence{forced}; median of {args.runs} runs after {args.warmup} warm-ups\n")
     print("| engine | beams | batch | tokens/s | ms per batch | × transformers | × CT2 float32 | greedy agrees |")
     print("|---|---|---|---|---|---|---|---|")
     for beams, batch in cells:

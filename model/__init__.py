@@ -13,10 +13,11 @@ from .bundle import ModelBundle, Source, demo_model_dir, load, read_model_config
 from .config import GenerationDefaults
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
-from .search import DecodeParams, Hypothesis
+from .search import DecodeParams, Hypothesis, new_tokens_within
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["BatchDecoder", "CheckpointError", "DTYPE_CHOICES", "DecodeParams", "GenerationDefaults", "Hypothesis",
            "ModelBundle", "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "demo_model_dir", "iso_code", "load", "match_language", "read_model_config"]
+           "UnsupportedLanguage", "demo_model_dir", "iso_code", "load", "match_language", "new_tokens_within",
+           "read_model_config"]

@@ -12,7 +12,7 @@ from typing import Hashable
 import torch
 
 from .logits_rules import apply_rules
-from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, new_search
+from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, new_search, target_length
 from .transformer import Seq2SeqTransformer
 
 
@@ -24,13 +24,14 @@ class StepEvent:
 
 
 class BatchDecoder:
-    def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_target_len: int):
+    def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_new_tokens: int):
         positions = model.config.max_position_embeddings
+        max_target_len = target_length(max_new_tokens)
         if max(max_source_len, max_target_len) > positions:
-            raise ValueError(f"sequence lengths {max_source_len}/{max_target_len} exceed the model's "
+            raise ValueError(f"source length {max_source_len} or {max_new_tokens} new tokens exceed the model's "
                              f"{positions} positions")
         self.model = model
-        self.capacity, self.max_source_len, self.max_target_len = capacity, max_source_len, max_target_len
+        self.capacity, self.max_source_len, self.max_new_tokens = capacity, max_source_len, max_new_tokens
         self.cache = model.new_cache(capacity, max_target_len, max_source_len)
         # Written every step; allocated once because a fresh (n, V) tensor each step costs page faults on the
         # CPU (measured: log_softmax over 128 × 58,101 scores 10 → 3 ms).
@@ -48,8 +49,8 @@ class BatchDecoder:
     def check(self, source_ids: list[int], params: DecodeParams) -> None:
         if not source_ids or len(source_ids) > self.max_source_len:
             raise ValueError(f"source has {len(source_ids)} tokens; allowed 1..{self.max_source_len}")
-        if params.max_new_tokens + 1 > self.max_target_len:
-            raise ValueError(f"max_new_tokens {params.max_new_tokens} exceeds {self.max_target_len - 1}")
+        if params.max_new_tokens > self.max_new_tokens:
+            raise ValueError(f"max_new_tokens {params.max_new_tokens} exceeds {self.max_new_tokens}")
         if params.num_beams > self.capacity:
             raise ValueError(f"num_beams {params.num_beams} exceeds the batch capacity {self.capacity}")
 

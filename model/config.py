@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .architecture import ModelConfig
 from .errors import CheckpointError
+from .search import new_tokens_within
 
 
 def first_id(value):
@@ -37,10 +38,10 @@ class GenerationDefaults:
         if "max_new_tokens" in raw and raw["max_new_tokens"] is not None:
             max_new = int(raw["max_new_tokens"])
         elif raw.get("max_length") is not None:
-            max_new = int(raw["max_length"]) - 1
+            max_new = new_tokens_within(int(raw["max_length"]))
         else:
             max_new = cls.max_new_tokens
-        max_new = max(1, min(max_new, config.max_position_embeddings - 1))
+        max_new = max(1, min(max_new, new_tokens_within(config.max_position_embeddings)))
         return cls(
             num_beams=int(raw.get("num_beams") or 1),
             max_new_tokens=max_new,

@@ -13,6 +13,18 @@ from dataclasses import dataclass
 import torch
 
 NEG_INF = float("-inf")
+START_TOKENS = 1  # the decoder start token: transformers' max_length counts it, max_new_tokens does not
+
+
+def target_length(max_new_tokens: int) -> int:
+    """Decoder positions a sequence of up to max_new_tokens generated tokens takes (transformers' max_length)."""
+    return max_new_tokens + START_TOKENS
+
+
+def new_tokens_within(length: int) -> int:
+    """Generated tokens that fit in `length` decoder positions (a max_length, a model's positions)."""
+    return length - START_TOKENS
+
 NEG_LARGE = -1.0e9  # transformers' "impossible" score for beams
 
 
@@ -69,7 +81,7 @@ class Search:
         self.rows: list[int] = []
         self.cur_len = 1
         self.done = False
-        self.max_length = params.max_new_tokens + 1
+        self.max_length = target_length(params.max_new_tokens)
         self.sequences: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.start_id = start_id
 

@@ -47,7 +47,7 @@ class Translator:
         order = sorted(prepared, key=lambda i: -len(prepared[i].ids))
         longest = max((len(s.ids) for s in prepared.values()), default=1)
         decoder = BatchDecoder(bundle.network, capacity=batch_size * params.num_beams, max_source_len=longest,
-                               max_target_len=params.max_new_tokens + 1)
+                               max_new_tokens=params.max_new_tokens)
         jobs = {i: (prepared[i].ids, replace(params, forced_bos_token_id=prepared[i].forced_bos)) for i in order}
         for ids, job_params in jobs.values():
             decoder.check(ids, job_params)

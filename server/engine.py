@@ -16,7 +16,7 @@ class Engine:
     def reset(self) -> None:
         """A fresh batch (after a failed step: whatever was in flight is gone)."""
         self.decoder = BatchDecoder(self.network, capacity=self.max_rows, max_source_len=self.max_input_tokens,
-                                    max_target_len=self.max_new_tokens + 1)
+                                    max_new_tokens=self.max_new_tokens)
 
     @property
     def rows_in_use(self) -> int:

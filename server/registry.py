@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import UnsupportedLanguage, demo_model_dir, iso_code, load, match_language
+from model import UnsupportedLanguage, demo_model_dir, iso_code, load, match_language, new_tokens_within
 
 from .domain import LanguageInfo, ModelInfo
 from .errors import UnknownModel
@@ -53,7 +53,7 @@ def describe(name: str, path: Path) -> ModelEntry:
 def model_limits(settings: Settings, max_positions: int) -> Settings:
     """The server's limits, clamped to what a model's positions allow (the one place this is computed)."""
     return replace(settings, max_input_tokens=min(settings.max_input_tokens, max_positions),
-                   max_new_tokens=min(settings.max_new_tokens, max_positions - 1))
+                   max_new_tokens=min(settings.max_new_tokens, new_tokens_within(max_positions)))
 
 
 def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:

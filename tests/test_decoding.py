@@ -41,7 +41,7 @@ def test_requests_join_and_leave_between_steps(translator):
     alone = {i: translator.translate([s], beam_size=params[i].num_beams, max_new_tokens=limits[i])[0]
              for i, s in enumerate(SENTENCES)}
     assert sum(p.num_beams for p in params) > capacity
-    decoder = BatchDecoder(translator.bundle.network, capacity=capacity, max_source_len=128, max_target_len=26)
+    decoder = BatchDecoder(translator.bundle.network, capacity=capacity, max_source_len=128, max_new_tokens=25)
     sources = [tok.encode(s) for s in SENTENCES]
     pending, results = list(range(len(SENTENCES))), {}
     joined_mid_flight = moved = 0
@@ -70,7 +70,7 @@ def test_cancel_frees_rows_and_spares_the_others(translator):
     tok = translator.bundle.tokenizer
     params = DecodeParams(max_new_tokens=20, bad_words_ids=((tok.pad_id,),), forced_eos_token_id=0)
     expected = translator.translate(SENTENCES[:3], max_new_tokens=20)
-    decoder = BatchDecoder(translator.bundle.network, capacity=8, max_source_len=128, max_target_len=21)
+    decoder = BatchDecoder(translator.bundle.network, capacity=8, max_source_len=128, max_new_tokens=20)
     decoder.admit([(i, tok.encode(s), params) for i, s in enumerate(SENTENCES[:4])])
     decoder.step()
     decoder.cancel(3)
@@ -85,7 +85,7 @@ def test_cancel_frees_rows_and_spares_the_others(translator):
 
 
 def test_admit_rejects_a_key_already_decoding(translator):
-    decoder = BatchDecoder(translator.bundle.network, capacity=4, max_source_len=32, max_target_len=8)
+    decoder = BatchDecoder(translator.bundle.network, capacity=4, max_source_len=32, max_new_tokens=7)
     params = DecodeParams(max_new_tokens=5)
     decoder.admit([("a", [5, 0], params)])
     with pytest.raises(ValueError):
@@ -140,3 +140,17 @@ def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
     assert list(model.state_dict()) == keys
     if model.config.tie_word_embeddings:
         assert model.lm_head.weight is model.decoder_embed.weight
+
+
+def test_new_token_limits_follow_the_models_positions(family_checkpoints):
+    """The start token takes one of the model's positions: 128 positions leave 127 new tokens, whether the limit
+    comes from generation_config.json (max_length 200 here), the batch decoder or the server's model limits."""
+    from server.registry import model_limits
+    from server.settings import Settings
+
+    bundle = load(family_checkpoints["nllb"])
+    assert bundle.max_positions == 128 and bundle.generation.max_new_tokens == 127
+    BatchDecoder(bundle.network, capacity=1, max_source_len=8, max_new_tokens=127)
+    with pytest.raises(ValueError, match="128 positions"):
+        BatchDecoder(bundle.network, capacity=1, max_source_len=8, max_new_tokens=128)
+    assert model_limits(Settings(max_new_tokens=500), bundle.max_positions).max_new_tokens == 127

@@ -131,7 +131,7 @@ def test_one_batch_mixing_target_languages_equals_each_alone(family_checkpoints)
         params = bundle.decode_params(beam_size=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos)
         jobs.append((i, source.ids, params, alone))
         assert alone.token_ids[0] == bundle.tokenizer.codes[target]
-    decoder = BatchDecoder(bundle.network, capacity=8, max_source_len=128, max_target_len=21)
+    decoder = BatchDecoder(bundle.network, capacity=8, max_source_len=128, max_new_tokens=20)
     pending, results = list(jobs), {}
     while pending or decoder.searches:
         admitted = []
