@@ -138,8 +138,9 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
     monkeypatch.setattr(ray, "init", no_ray)
     monkeypatch.setattr("ray._private.worker.init", no_ray)  # what Ray's auto-init calls
     paths = []
+    stub = ModelEntry("stub", "/nowhere", "marian", ("en",), ("de",), default_beams=1, max_positions=512)
     monkeypatch.setattr(deployment_module.ModelRegistry, "from_paths", classmethod(
-        lambda cls, p: paths.append(p) or ModelRegistry([ModelEntry("stub", "/nowhere", "en", ("de",), 1)])))
+        lambda cls, p: paths.append(p) or ModelRegistry([stub])))
 
     schema = ServeDeploySchema.model_validate(config).applications[0]
     args = config["applications"][0]["args"]
