@@ -8,8 +8,7 @@ Everything outside model/ (the server, the benchmarks) enters through the names 
 
 from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, StepEvent
-from .bundle import CHOICES as DTYPE_CHOICES
-from .bundle import ModelBundle, Source, demo_model_dir, load, read_model_config
+from .bundle import ModelBundle, Source, demo_model_dir, load
 from .config import GenerationDefaults
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
@@ -17,7 +16,6 @@ from .search import DecodeParams, Hypothesis, new_tokens_within
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
-__all__ = ["BatchDecoder", "CheckpointError", "DTYPE_CHOICES", "DecodeParams", "GenerationDefaults", "Hypothesis",
+__all__ = ["BatchDecoder", "CheckpointError", "DecodeParams", "GenerationDefaults", "Hypothesis",
            "ModelBundle", "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "demo_model_dir", "iso_code", "load", "match_language", "new_tokens_within",
-           "read_model_config"]
+           "UnsupportedLanguage", "demo_model_dir", "iso_code", "load", "match_language", "new_tokens_within"]

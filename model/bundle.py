@@ -109,7 +109,7 @@ class ModelBundle:
         return replace(params, **overrides)
 
 
-def read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
+def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
     """(family, ModelConfig) of a checkpoint directory, without reading weights."""
     config_path = model_dir / "config.json"
     raw = read_json(config_path)
@@ -126,7 +126,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
         raise CheckpointError(f"{model_dir}: not a model directory")
     if dtype not in CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
-    family, config = read_model_config(model_dir)
+    family, config = _read_model_config(model_dir)
     generation = read_generation_defaults(model_dir, config)
     tokenizer = family.load_tokenizer(model_dir, config)
     network = None

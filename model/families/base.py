@@ -45,4 +45,3 @@ class Family:
     key_map: Callable[[ModelConfig], dict[str, Parts]]
     ignored_keys: Callable[[ModelConfig], tuple[str, ...]]
     load_tokenizer: Callable[[Path, ModelConfig], Tokenizer]
-    config_json: Callable[[ModelConfig], dict] | None = None  # for writing checkpoints (the demo model)

@@ -145,4 +145,4 @@ def load_tokenizer(model_dir: Path, config: ModelConfig) -> MarianTokenizer:
 
 
 FAMILY = Family(name="marian", model_config=model_config, key_map=layout.key_map, ignored_keys=layout.ignored_keys,
-                load_tokenizer=load_tokenizer, config_json=config_json)
+                load_tokenizer=load_tokenizer)
