@@ -128,7 +128,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
         raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
     family, config = _read_model_config(model_dir)
     generation = read_generation_defaults(model_dir, config)
-    tokenizer = family.load_tokenizer(model_dir, config)
+    tokenizer = family.load_tokenizer(model_dir)
     network = None
     if weights:
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,

@@ -43,7 +43,9 @@ def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
 def _ban_completions(scores: torch.Tensor, search: Search, word: tuple[int, ...]) -> None:
     """Ban the last token of `word` on rows whose decoder input ends with the rest of it; like transformers,
     the decoder input includes the start token."""
-    prefix = list(word[:-1])
+    prefix, n = list(word[:-1]), len(word) - 1
     for row, seq in zip(search.rows, search.sequences):
-        if len(prefix) <= len(seq) + 1 and ([search.start_id] + seq)[len(seq) + 1 - len(prefix):] == prefix:
+        ends_with = seq[len(seq) - n:] == prefix if n <= len(seq) else (
+            n == len(seq) + 1 and prefix[0] == search.start_id and prefix[1:] == seq)
+        if ends_with:
             scores[row, word[-1]] = NEG_INF

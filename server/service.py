@@ -60,13 +60,11 @@ class ModelService:
             raise InvalidRequest(f"{beams_field} {num_beams} is above the limit {beams_limit}", field=beams_field,
                                  limit=beams_limit)
         knobs = options.sampling_knobs
-        if knobs and num_beams not in (None, 1):
-            raise InvalidRequest("sampling (temperature, top_k, top_p, seed) needs 1 beam", field=beams_field,
-                                 limit=1)
         overrides = dict(knobs, do_sample=True) if knobs else {}
         sampling = overrides.get("do_sample", generation.do_sample)
         if sampling and num_beams not in (None, 1):
-            raise InvalidRequest("the model samples by default; sampling needs 1 beam", field=beams_field, limit=1)
+            raise InvalidRequest("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam",
+                                 field=beams_field, limit=1)
         # Model defaults (generation_config.json) above the server's limits are clamped to them.
         beams = min(num_beams or (1 if sampling else generation.num_beams), beams_limit)
         if options.n_best > beams:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+import sentencepiece
+
 from ..architecture import ModelConfig
+from ..config import read_json
+from ..errors import CheckpointError
 from .layout import Parts
 
 
@@ -44,4 +49,20 @@ class Family:
     model_config: Callable[[dict, str], ModelConfig]  # config.json contents, its path → ModelConfig
     key_map: Callable[[ModelConfig], dict[str, Parts]]
     ignored_keys: Callable[[ModelConfig], tuple[str, ...]]
-    load_tokenizer: Callable[[Path, ModelConfig], Tokenizer]
+    load_tokenizer: Callable[[Path], Tokenizer]
+
+
+def read_tokenizer_config(model_dir: Path) -> dict:
+    path = model_dir / "tokenizer_config.json"
+    return read_json(path) if path.exists() else {}
+
+
+def load_spm(path: Path) -> sentencepiece.SentencePieceProcessor:
+    if not path.exists():
+        raise CheckpointError(f"{path}: file not found")
+    return sentencepiece.SentencePieceProcessor(model_file=str(path))
+
+
+def special_token_pattern(tokens) -> re.Pattern:
+    """Splits a text around special tokens (kept whole, longest first), as transformers' slow tokenizers do."""
+    return re.compile("(" + "|".join(map(re.escape, sorted(tokens, key=len, reverse=True))) + ")")

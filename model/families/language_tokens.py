@@ -8,15 +8,13 @@ Two piece back-ends: SentencePiece + vocab.json (M2M100's slow tokenizer) and to
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import sentencepiece
 from tokenizers import Tokenizer as HFTokenizersTokenizer
 
 from ..config import read_json
 from ..errors import CheckpointError
-from .base import Languages
+from .base import Languages, load_spm, special_token_pattern
 
 
 class SentencePieceVocab:
@@ -24,17 +22,15 @@ class SentencePieceVocab:
     first and kept whole, as transformers' slow tokenizers do."""
 
     def __init__(self, spm_path: Path, vocab: dict[str, int], extra_tokens: dict[str, int], unk_token: str = "<unk>"):
-        if not spm_path.exists():
-            raise CheckpointError(f"{spm_path}: file not found")
         if unk_token not in vocab:
             raise CheckpointError(f"vocab.json: missing the unknown token {unk_token!r}")
-        self.spm = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
+        self.spm = load_spm(spm_path)
         self.vocab, self.unk_token, self.unk_id = vocab, unk_token, vocab[unk_token]
         self.id_to_token = {i: t for t, i in vocab.items()} | {i: t for t, i in extra_tokens.items()}
         specials = [t for t in ("<s>", "<pad>", "</s>", "<unk>") if t in vocab] + list(extra_tokens)
         self.special_tokens = {t: vocab.get(t, extra_tokens.get(t)) for t in specials}
         self.special_ids = set(self.special_tokens.values())
-        self.special_re = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")")
+        self.special_re = special_token_pattern(specials)
 
     def token_id(self, token: str) -> int | None:
         return self.special_tokens.get(token, self.vocab.get(token))
@@ -85,13 +81,14 @@ class TokenizerJson:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def listed_special_tokens(model_dir: Path, tok_config: dict) -> list[str]:
-    """The extra special tokens a checkpoint lists (language codes): tokenizer_config.json's
+def listed_language_codes(pieces: TokenizerJson, model_dir: Path, tok_config: dict) -> dict[str, int]:
+    """Language code → id, for the extra special tokens a checkpoint lists: tokenizer_config.json's
     extra_special_tokens (transformers 5) or additional_special_tokens, else special_tokens_map.json's."""
     listed = tok_config.get("extra_special_tokens") or tok_config.get("additional_special_tokens")
     if not listed and (model_dir / "special_tokens_map.json").exists():
         listed = read_json(model_dir / "special_tokens_map.json").get("additional_special_tokens")
-    return [t["content"] if isinstance(t, dict) else t for t in listed or []]
+    codes = {(t["content"] if isinstance(t, dict) else t): None for t in listed or []}
+    return {code: i for code in codes if (i := pieces.token_id(code)) is not None}
 
 
 class LanguageTokenTokenizer:

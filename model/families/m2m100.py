@@ -15,8 +15,8 @@ from ..architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
 from ..errors import CheckpointError
 from . import layout
-from .base import Family
-from .language_tokens import LanguageTokenTokenizer, SentencePieceVocab, TokenizerJson, listed_special_tokens
+from .base import Family, read_tokenizer_config
+from .language_tokens import LanguageTokenTokenizer, SentencePieceVocab, TokenizerJson, listed_language_codes
 
 # transformers' M2M100Config defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=128112, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,
@@ -58,16 +58,14 @@ def m2m100_tokenizer(model_dir: Path, tok_config: dict) -> LanguageTokenTokenize
 
 def nllb_tokenizer(model_dir: Path, tok_config: dict) -> LanguageTokenTokenizer:
     pieces = TokenizerJson(model_dir / "tokenizer.json")
-    codes = {code: pieces.token_id(code) for code in listed_special_tokens(model_dir, tok_config)}
-    return LanguageTokenTokenizer(pieces, {c: i for c, i in codes.items() if i is not None},
+    return LanguageTokenTokenizer(pieces, listed_language_codes(pieces, model_dir, tok_config),
                                   tok_config.get("src_lang") or "eng_Latn",
                                   legacy_suffix=bool(tok_config.get("legacy_behaviour", False)))
 
 
-def load_tokenizer(model_dir: Path, config: ModelConfig) -> LanguageTokenTokenizer:
+def load_tokenizer(model_dir: Path) -> LanguageTokenTokenizer:
     """M2M100's files (vocab.json + sentencepiece.bpe.model) or NLLB's (tokenizer.json)."""
-    tok_config_path = model_dir / "tokenizer_config.json"
-    tok_config = read_json(tok_config_path) if tok_config_path.exists() else {}
+    tok_config = read_tokenizer_config(model_dir)
     if tok_config.get("tokenizer_class") == "M2M100Tokenizer" or not (model_dir / "tokenizer.json").exists():
         return m2m100_tokenizer(model_dir, tok_config)
     return nllb_tokenizer(model_dir, tok_config)

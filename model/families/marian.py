@@ -10,16 +10,14 @@ parity with transformers is the default.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import sentencepiece
 
 from ..architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, Languages
+from .base import Family, Languages, load_spm, read_tokenizer_config, special_token_pattern
 
 DEFAULTS = dict(max_position_embeddings=1024, activation_function="gelu", tie_word_embeddings=True,
                 eos_token_id=0, share_encoder_decoder_embeddings=True)
@@ -54,14 +52,6 @@ def config_json(config: ModelConfig) -> dict:
 SPIECE_UNDERLINE = "▁"
 
 
-def _load_spm(path: Path) -> sentencepiece.SentencePieceProcessor:
-    if not path.exists():
-        raise CheckpointError(f"{path}: file not found")
-    spm = sentencepiece.SentencePieceProcessor()
-    spm.Load(str(path))
-    return spm
-
-
 class MarianTokenizer:
     def __init__(self, source_spm: Path, target_spm: Path, vocab: dict[str, int],
                  target_vocab: dict[str, int] | None = None, source_lang: str | None = None,
@@ -69,7 +59,7 @@ class MarianTokenizer:
                  unk_token: str = "<unk>", eos_token: str = "</s>", pad_token: str = "<pad>"):
         if unk_token not in vocab:
             raise CheckpointError(f"vocab.json: missing the unknown token {unk_token!r}")
-        self.spm_source, self.spm_target = _load_spm(source_spm), _load_spm(target_spm)
+        self.spm_source, self.spm_target = load_spm(source_spm), load_spm(target_spm)
         self.vocab = vocab
         self.source_lang, self.target_lang = source_lang, target_lang
         self.separate_vocabs = target_vocab is not None
@@ -82,7 +72,7 @@ class MarianTokenizer:
         specials = [eos_token, unk_token, pad_token]
         self.special_tokens = {tok: vocab[tok] for tok in specials}
         self.special_ids = set(self.special_tokens.values())
-        self.special_re = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")")
+        self.special_re = special_token_pattern(specials)
         self.language_codes = [] if self.separate_vocabs else [
             k for k in vocab if k.startswith(">>") and k.endswith("<<")]
         targets = tuple(code[2:-2] for code in self.language_codes) or ((target_lang,) if target_lang else ())
@@ -92,8 +82,7 @@ class MarianTokenizer:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path) -> "MarianTokenizer":
         model_dir = Path(model_dir)
-        tok_config_path = model_dir / "tokenizer_config.json"
-        tok_config = read_json(tok_config_path) if tok_config_path.exists() else {}
+        tok_config = read_tokenizer_config(model_dir)
         separate = bool(tok_config.get("separate_vocabs", False))
         return cls(
             model_dir / "source.spm", model_dir / "target.spm", read_json(model_dir / "vocab.json"),
@@ -140,9 +129,5 @@ class MarianTokenizer:
         return None  # the target is chosen in the source text
 
 
-def load_tokenizer(model_dir: Path, config: ModelConfig) -> MarianTokenizer:
-    return MarianTokenizer.from_pretrained(model_dir)
-
-
 FAMILY = Family(name="marian", model_config=model_config, key_map=layout.key_map, ignored_keys=layout.ignored_keys,
-                load_tokenizer=load_tokenizer)
+                load_tokenizer=MarianTokenizer.from_pretrained)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..architecture import Architecture, ModelConfig, Positions
-from ..config import read_json
 from ..errors import CheckpointError
 from . import layout
-from .base import Family
-from .language_tokens import LanguageTokenTokenizer, TokenizerJson, listed_special_tokens
+from .base import Family, read_tokenizer_config
+from .language_tokens import LanguageTokenTokenizer, TokenizerJson, listed_language_codes
 
 # transformers' MBartConfig defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,
@@ -31,14 +30,12 @@ def model_config(raw: dict, source: str) -> ModelConfig:
     return layout.model_config(raw, source, DEFAULTS, architecture, shared_embeddings=True)
 
 
-def load_tokenizer(model_dir: Path, config: ModelConfig) -> LanguageTokenTokenizer:
-    tok_config_path = model_dir / "tokenizer_config.json"
-    tok_config = read_json(tok_config_path) if tok_config_path.exists() else {}
+def load_tokenizer(model_dir: Path) -> LanguageTokenTokenizer:
+    tok_config = read_tokenizer_config(model_dir)
     if not (model_dir / "tokenizer.json").exists():
         raise CheckpointError(f"{model_dir / 'tokenizer.json'}: file not found (mBART-50 checkpoints ship it)")
     pieces = TokenizerJson(model_dir / "tokenizer.json")
-    codes = {code: pieces.token_id(code) for code in listed_special_tokens(model_dir, tok_config)}
-    return LanguageTokenTokenizer(pieces, {c: i for c, i in codes.items() if i is not None},
+    return LanguageTokenTokenizer(pieces, listed_language_codes(pieces, model_dir, tok_config),
                                   tok_config.get("src_lang") or "en_XX")
 
 
