@@ -65,10 +65,14 @@ class EngineLoop:
             self.lock.notify()
         return out
 
-    def cancel(self, request: SeqRequest) -> None:
+    def cancel(self, *requests: SeqRequest) -> None:
+        """Cancel unfinished sequences together: a request's sequences all leave before the next schedule, so
+        none of its waiting ones is admitted while the others are being cancelled."""
         with self.lock:
-            if not request.done:
+            unfinished = [r for r in requests if not r.done]
+            for request in unfinished:
                 self.scheduler.cancel(request)
+            if unfinished:
                 self._record_queues()
                 self.lock.notify()
 

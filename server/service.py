@@ -114,13 +114,20 @@ class ModelService:
         tasks = [asyncio.ensure_future(final(r, q)) for r, q in submitted]
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                return await asyncio.gather(*tasks)
+                # not gather: cancelling a gather cancels its tasks one by one, and the engine could admit a
+                # waiting sequence of this request between two of them
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in tasks:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()
+            return [task.result() for task in tasks]
         except TimeoutError:
             raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
                                  limit=self.settings.request_timeout_s) from None
         finally:
+            self.loop.cancel(*(request for request, _ in submitted))  # unfinished ones, all at once
             for task in tasks:
-                task.cancel()  # their `finally` cancels unfinished sequences and frees their rows
+                task.cancel()
 
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
