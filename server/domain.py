@@ -29,14 +29,32 @@ class DecodeOptions:
 
 
 @dataclass(frozen=True)
+class TextOptions:
+    """How a text is cut into sequences and put back together (the documents layer)."""
+
+    format: str = "text"  # "text" | "html" | "xml"
+    split_sentences: str = "1"  # "0": one unit; "1": lines, then sentences; "nonewlines": sentences only
+    ignore_tags: tuple[str, ...] = ()  # markup: elements whose contents come back untouched
+    non_splitting_tags: tuple[str, ...] = ()  # markup: elements that never cut a sentence
+    splitting_tags: tuple[str, ...] = ()  # markup: elements that always cut one
+
+
+@dataclass(frozen=True)
 class TranslationJob:
     texts: tuple[str, ...]
     fields: tuple[str, ...]  # how each text is named in errors: "text", "text[3]", "q[1]"
-    source_lang: str | None = None
+    source_lang: str | None = None  # None or "auto": detected per text among the served source languages
     target_lang: str | None = None
     options: DecodeOptions = DecodeOptions()
     texts_field: str = "text"  # the field holding the texts, for the count limit
     beams_field: str = "beam_size"
+    text_options: TextOptions = TextOptions()
+
+
+@dataclass(frozen=True)
+class DetectedLanguage:
+    language: str  # ISO 639-1 where the language has one, else ISO 639-3
+    confidence: float  # 0..1
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class TranslatedText:
     text: str
     score: float | None  # None for an empty text (nothing decoded)
     alternatives: tuple[Candidate, ...] = ()
+    detected: DetectedLanguage | None = None  # set when the source language was detected for this text
 
 
 @dataclass(frozen=True)
