@@ -13,9 +13,11 @@ from .config import GenerationDefaults
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
+from .text import detect_language, detectable
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["BatchDecoder", "CheckpointError", "DecodeParams", "GenerationDefaults", "Hypothesis",
            "ModelBundle", "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "demo_model_dir", "iso_code", "load", "match_language", "new_tokens_within"]
+           "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "iso_code", "load",
+           "match_language", "new_tokens_within"]

@@ -7,10 +7,11 @@ from typing import Callable
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import StreamingResponse
 
+from . import dispatch
 from .domain import DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TranslationJob, TranslationResult
 from .errors import ServerError
-from .schemas import (Alternative, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits, ModelList,
-                      TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
+from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
+                      ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
 from .settings import Settings
 from .streaming import sse, until_disconnect
 
@@ -25,7 +26,9 @@ def translation_job(body: TranslateRequest) -> TranslationJob:
 def translate_response(result: TranslationResult, with_scores: bool) -> TranslateResponse:
     def translation(t):
         alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in t.alternatives]
-        return Translation(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None)
+        detected = t.detected and Detected(language=t.detected.language, confidence=t.detected.confidence)
+        return Translation(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None,
+                           detected_language=detected)
 
     return TranslateResponse(model=result.model, translations=[translation(t) for t in result.texts],
                              usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
@@ -61,10 +64,9 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Set
 
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, **guarded)
     async def translate(body: TranslateBody, request: Request):
-        service = await provider.get(body.model, body.source_lang, body.target_lang)
-
         async def work():
-            return translate_response(await service.translate(translation_job(body)), body.return_scores)
+            result = await dispatch.translate(provider, translation_job(body), body.model, detect_missing=False)
+            return translate_response(result, body.return_scores)
 
         return await until_disconnect(request, work())
 

@@ -30,7 +30,8 @@ class TranslateRequest(Strict):
 
     text: texts_type(None)
     _single: bool = PrivateAttr(False)
-    source_lang: str | None = Field(None, max_length=32, examples=["en"])
+    source_lang: str | None = Field(None, max_length=32, examples=["en", "auto"],
+                                    description='"auto": detected per text among the served source languages')
     target_lang: str | None = Field(None, max_length=32, examples=["de"])
     model: str | None = Field(None, max_length=200)
     beam_size: int | None = Field(None, ge=1)
@@ -59,10 +60,16 @@ class Alternative(BaseModel):
     score: float | None = None
 
 
+class Detected(BaseModel):
+    language: str = Field(description="ISO 639-1 where the language has one, else ISO 639-3")
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
 class Translation(BaseModel):
     text: str
     score: float | None = None
     alternatives: list[Alternative] | None = None
+    detected_language: Detected | None = Field(None, description='set when source_lang was "auto" or missing')
 
 
 class Usage(BaseModel):

@@ -1,0 +1,120 @@
+"""The one front every API translates through: picks models, detects source languages per text, merges results.
+
+    result = await dispatch.translate(provider, job, model=None)
+    ranked = dispatch.detect(provider, "Guten Tag", target_lang="en")
+
+A job whose `source_lang` is None or "auto" has each text's language detected on its own (never one guess for a
+whole list), among the source languages of the served models that translate into the target (or of the model
+named). Texts are grouped by detected language, each group goes to the model its language pair resolves to, the
+groups run concurrently, and the results come back in input order with `TranslatedText.detected` set. When the
+candidate models accept a single source language there is nothing to detect: that language is reported with
+confidence 1.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from model import UnsupportedLanguage, detect_language, detectable, match_language
+
+from .domain import DetectedLanguage, ModelInfo, TranslatedText, TranslationJob, TranslationResult
+from .errors import InvalidRequest
+
+AUTO = "auto"
+
+
+def is_auto(source_lang: str | None, detect_missing: bool = True) -> bool:
+    if source_lang is None:
+        return detect_missing
+    return source_lang.strip().lower() == AUTO
+
+
+def _translates_into(info: ModelInfo, target_lang: str) -> bool:
+    try:
+        match_language(target_lang, [lang.code for lang in info.target_languages], "target_lang")
+    except UnsupportedLanguage:
+        return False
+    return True
+
+
+def _candidates(provider, model: str | None, target_lang: str | None, everything: bool) -> list[ModelInfo]:
+    """The models a text may go to: the one named; else those translating into the target; else (no target)
+    the default model when translating (`everything` False) or every model when only detecting."""
+    infos = provider.models()
+    if model is not None:
+        return [info for info in infos if info.id == model]
+    if target_lang is not None:
+        return [info for info in infos if _translates_into(info, target_lang)] or infos[:1]
+    return infos if everything else infos[:1]
+
+
+def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:
+    return detectable(lang.code for info in candidates for lang in info.source_languages)
+
+
+def _ranked(text: str, languages: tuple[str, ...]) -> list[DetectedLanguage]:
+    return [DetectedLanguage(lang, confidence) for lang, confidence in detect_language(text, languages)]
+
+
+def detect(provider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
+    """The served source languages (of the models translating into `target_lang`, if given) ranked for `text`,
+    best first, confidences 0..1."""
+    return _ranked(text, _source_languages(_candidates(provider, None, target_lang, everything=True)))
+
+
+async def translate(provider, job: TranslationJob, model: str | None = None, *,
+                    detect_missing: bool = True) -> TranslationResult:
+    """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects)."""
+    if not is_auto(job.source_lang, detect_missing):
+        return await (await provider.get(model, job.source_lang, job.target_lang)).translate(job)
+    candidates = _candidates(provider, model, job.target_lang, everything=False)
+    languages = _source_languages(candidates)
+    if len(languages) <= 1:
+        result = await (await provider.get(model, None, job.target_lang)).translate(replace(job, source_lang=None))
+        certain = DetectedLanguage(languages[0], 1.0) if languages else None
+        return replace(result, texts=tuple(t if not text.strip() else replace(t, detected=certain)
+                                           for t, text in zip(result.texts, job.texts)))
+    max_texts = min((info.max_texts for info in candidates), default=len(job.texts))
+    if len(job.texts) > max_texts:  # each group's model checks its own part; the whole list is checked here
+        raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {max_texts}",
+                             field=job.texts_field, limit=max_texts)
+    detected = [_ranked(text, languages)[0] if text.strip() else None
+                for text in job.texts]
+    return await _translate_groups(provider, model, job, detected)
+
+
+async def _translate_groups(provider, model: str | None, job: TranslationJob,
+                            detected: list[DetectedLanguage | None]) -> TranslationResult:
+    """One job per detected language (empty texts ride with the first), run concurrently, merged in order."""
+    groups: dict[str | None, list[int]] = {}
+    for i, found in enumerate(detected):
+        if found is not None:
+            groups.setdefault(found.language, []).append(i)
+    first = next(iter(groups), None)
+    for i, found in enumerate(detected):
+        if found is None:
+            groups.setdefault(first, []).append(i)
+
+    async def run(language: str | None, indices: list[int]) -> TranslationResult:
+        part = replace(job, texts=tuple(job.texts[i] for i in indices), fields=tuple(job.fields[i] for i in indices),
+                       source_lang=language)
+        return await (await provider.get(model, language, job.target_lang)).translate(part)
+
+    tasks = [asyncio.ensure_future(run(language, indices)) for language, indices in groups.items()]
+    try:
+        results = await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:  # one group failed: the others stop too
+            task.cancel()
+    texts: list[TranslatedText | None] = [None] * len(job.texts)
+    for indices, result in zip(groups.values(), results):
+        for i, translated in zip(indices, result.texts):
+            texts[i] = replace(translated, detected=detected[i])
+    models = list(dict.fromkeys(r.model for r in results))
+    sources = {r.source_lang for r in results}
+    return TranslationResult(model=",".join(models), texts=tuple(texts),
+                             source_lang=sources.pop() if len(sources) == 1 else None,
+                             target_lang=results[0].target_lang,
+                             input_tokens=sum(r.input_tokens for r in results),
+                             output_tokens=sum(r.output_tokens for r in results))
