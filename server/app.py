@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,8 +13,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import metrics
+from .compat import add_deepl_routes, add_libretranslate_routes
 from .domain import ModelInfo
 from .errors import BadBody, BodyTooLarge, InvalidRequest, ServerError, Unauthorized
+from .keys import Keys
 from .native import add_native_routes
 from .service import ModelService
 from .settings import Settings
@@ -40,11 +43,12 @@ def error_response(error: ServerError) -> JSONResponse:
 
 
 class BodyGuard:
-    """ASGI middleware: reads request bodies up to a byte limit (413) and rejects invalid UTF-8 (400)
-    before any parsing; the app then receives the buffered body."""
+    """ASGI middleware: reads request bodies up to a byte limit (413) and rejects invalid UTF-8 (400, except in
+    multipart bodies, which carry files) before any parsing; the app then receives the buffered body. `render`
+    writes an error in the shape of the API that owns the request's path."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, render: Callable[[str, ServerError], Response]):
+        self.app, self.max_bytes, self.render = app, max_bytes, render
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -52,7 +56,7 @@ class BodyGuard:
         chunks, size = [], 0
         declared = dict(scope["headers"]).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            return await error_response(self._too_large())(scope, receive, send)
+            return await self.render(scope["path"], self._too_large())(scope, receive, send)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -60,15 +64,16 @@ class BodyGuard:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await error_response(self._too_large())(scope, receive, send)
+                return await self.render(scope["path"], self._too_large())(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            error = BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body")
-            return await error_response(error)(scope, receive, send)
+        if not dict(scope["headers"]).get(b"content-type", b"").lower().startswith(b"multipart/"):
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                error = BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body")
+                return await self.render(scope["path"], error)(scope, receive, send)
         replayed = False
 
         async def replay():
@@ -96,10 +101,26 @@ def validation_error(exc: RequestValidationError) -> ServerError:
     return InvalidRequest(f"{field}: {first['msg']}", field=field, limit=limit)
 
 
+def text_characters(body: bytes) -> int:
+    """Characters in a native request's `text` (a string or a list of strings): what it charges to a quota."""
+    try:
+        text = json.loads(body).get("text")
+    except (ValueError, AttributeError):
+        return 0
+    texts = [text] if isinstance(text, str) else text if isinstance(text, list) else []
+    return sum(len(t) for t in texts if isinstance(t, str))
+
+
 def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app = FastAPI(title="seq2seq-serve", version="0.1.0",
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)
+    compat_styles = []  # the compatible APIs' error styles, each owning its paths (filled in below)
+
+    def render(path: str, error: ServerError) -> Response:
+        style = next((style for style in compat_styles if style.owns(path)), None)
+        return style.render(error) if style else error_response(error)
+
+    app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next):
@@ -125,14 +146,23 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
         log.exception("unhandled error")
         return error_response(ServerError(f"internal error: {type(exc).__name__}"))
 
-    def authorize(request: Request) -> None:
-        if not settings.api_keys:
-            return
+    keys = Keys(settings)  # keys, rate limits and quotas: one set for all three APIs
+
+    async def authorize(request: Request):
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or key not in settings.api_keys:
+        caller = keys.caller(key if scheme.lower() == "bearer" else None, request.client and request.client.host)
+        if caller is None:
             raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
+        if request.method != "POST":
+            yield
+            return
+        keys.admit(caller)
+        with keys.spending(caller, text_characters(await request.body())):
+            yield
 
     add_native_routes(app, provider, authorize, settings)
+    compat_styles += [add_libretranslate_routes(app, provider, keys, settings),
+                      add_deepl_routes(app, provider, keys, settings)]
 
     @app.get("/healthz")
     async def healthz():

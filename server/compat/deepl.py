@@ -1,0 +1,180 @@
+"""DeepL's API v2 (translate, languages, usage, glossary language pairs), mapped onto the domain: drop-in for the
+official `deepl` clients with `server_url`, and for tools that let users set a DeepL endpoint.
+
+Authentication: `Authorization: DeepL-Auth-Key KEY`, or the legacy `auth_key` parameter. Bodies are JSON or
+urlencoded forms (`text` repeated). Errors are `{"message": "..."}`: 400 bad request, 403 key rejected, 413 too
+many texts or characters, 429 rate limit (with Retry-After), 456 character quota used up. Accepted but not
+applicable: `formality` (no served model has formality levels: every target says supports_formality false),
+`preserve_formatting` (the engine never corrects formatting), `context` and `model_type`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, Field
+
+from .. import dispatch
+from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
+from ..errors import BodyTooLarge, InvalidRequest
+from ..keys import Keys, QuotaExceeded
+from ..settings import Settings
+from ..streaming import until_disconnect
+from .errors import BAD_REQUEST, ErrorStyle, InvalidKey
+from .languages import ServedLanguages, canonical, language_name
+from .reading import Params, caller_of, present, read_params, validated
+
+MAX_TEXTS = 50  # DeepL's limit per request
+UNLIMITED = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
+INVALID_KEY = "Invalid auth key: send Authorization: DeepL-Auth-Key <key>"
+TAG_LISTS = ("ignore_tags", "non_splitting_tags", "splitting_tags")
+# DeepL's target codes name a variety where its source codes do not.
+TARGET_VARIANTS = {"EN": ("EN-GB", "EN-US"), "PT": ("PT-BR", "PT-PT")}
+
+
+def owns(path: str) -> bool:
+    return path.startswith("/v2/")
+
+
+STYLE = ErrorStyle("message", owns, {**BAD_REQUEST, InvalidKey: 403, QuotaExceeded: 456})
+
+
+class TranslateForm(BaseModel):
+    text: list[str] = Field(min_length=1)
+    target_lang: str = Field(min_length=1, max_length=32)
+    source_lang: str | None = Field(None, max_length=32)
+    split_sentences: Literal["0", "1", "nonewlines"] | None = None
+    tag_handling: Literal["xml", "html"] | None = None
+    ignore_tags: list[str] = []
+    non_splitting_tags: list[str] = []
+    splitting_tags: list[str] = []
+    preserve_formatting: bool = False
+    formality: Literal["default", "more", "less", "prefer_more", "prefer_less"] | None = None
+    context: str | None = None
+    model_type: str | None = None
+    glossary_id: str | None = None
+    show_billed_characters: bool = False
+
+
+class Translation(BaseModel):
+    detected_source_language: str
+    text: str
+    billed_characters: int  # always sent: the official client reads it unconditionally
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+
+
+class LanguageEntry(BaseModel):
+    language: str
+    name: str
+    supports_formality: bool | None = None  # targets only
+
+
+def missing(name: str) -> str:
+    return f"Parameter '{name}' not specified."
+
+
+def invalid(name: str, why: str) -> str:
+    return f"Value for '{name}' not supported: {why}"
+
+
+def tag_list(params: Params, name: str) -> list[str]:
+    """A list in JSON, comma-separated (and possibly repeated) in a form."""
+    return [tag.strip() for value in params.many(name) for tag in str(value).split(",") if tag.strip()]
+
+
+def text_options(form: TranslateForm) -> TextOptions:
+    markup = form.tag_handling or "text"
+    split = form.split_sentences or ("nonewlines" if markup == "html" else "1")
+    return TextOptions(format=markup, split_sentences=split, ignore_tags=tuple(form.ignore_tags),
+                       non_splitting_tags=tuple(form.non_splitting_tags), splitting_tags=tuple(form.splitting_tags))
+
+
+def translate_response(result: TranslationResult, texts: list[str], source_lang: str | None) -> TranslateResponse:
+    def source_of(translated: TranslatedText) -> str:
+        found = translated.detected or next((t.detected for t in result.texts if t.detected), None)
+        return (source_lang or (found.language if found else "")).upper()
+
+    return TranslateResponse(translations=[
+        Translation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text))
+        for t, text in zip(result.texts, texts)])
+
+
+def deepl_key(request: Request, params: Params):
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    return key.strip() if scheme.lower() == "deepl-auth-key" else params.first("auth_key")
+
+
+def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntry]:
+    if kind == "source":
+        codes = dict.fromkeys(code.partition("-")[0].upper() for code in languages.sources)
+        return [LanguageEntry(language=code, name=language_name(code)) for code in codes]
+    codes = dict.fromkeys(variant for code in languages.targets
+                          for variant in TARGET_VARIANTS.get(code.upper(), (code.upper(),)))
+    return [LanguageEntry(language=code, name=language_name(code), supports_formality=False) for code in codes]
+
+
+def add_deepl_routes(app: FastAPI, provider, keys: Keys, settings: Settings) -> ErrorStyle:
+    route = STYLE.route
+
+    async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
+        params = await read_params(request)
+        return caller_of(request, keys, deepl_key(request, params), INVALID_KEY, work), params
+
+    @route(app, "/v2/translate", ["POST"], response_model=TranslateResponse)
+    async def translate(request: Request):
+        who, params = await caller(request, work=True)
+        data = present(params, list(TranslateForm.model_fields), lists=("text",))
+        data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
+        form = validated(TranslateForm, data, missing, invalid)
+        if len(form.text) > MAX_TEXTS:
+            raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text",
+                               limit=MAX_TEXTS)
+        characters = sum(map(len, form.text))
+        if characters > settings.max_request_chars:
+            raise BodyTooLarge(f"Request too large: {characters} characters; at most {settings.max_request_chars}",
+                               field="text", limit=settings.max_request_chars)
+        if form.glossary_id is not None:
+            raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).",
+                                 field="glossary_id")
+        languages = ServedLanguages(tuple(provider.models()))
+        for name in ("source_lang", "target_lang"):
+            code = getattr(form, name)
+            if code and not languages.supports(code, name.partition("_")[0]):
+                raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+        job = TranslationJob(
+            texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
+            source_lang=canonical(form.source_lang) if form.source_lang else None,
+            target_lang=canonical(form.target_lang),
+            texts_field="text", text_options=text_options(form))
+
+        async def work():
+            with keys.spending(who, characters):
+                result = await dispatch.translate(provider, job)
+            return translate_response(result, form.text, form.source_lang)
+
+        return await until_disconnect(request, work())
+
+    @route(app, "/v2/languages", ["GET", "POST"], response_model=list[LanguageEntry])
+    async def languages(request: Request):
+        _, params = await caller(request)
+        kind = str(params.first("type") or "source").lower()
+        if kind not in ("source", "target"):
+            raise InvalidRequest(invalid("type", "source or target"), field="type")
+        return language_entries(ServedLanguages(tuple(provider.models())), kind)
+
+    @route(app, "/v2/usage", ["GET", "POST"])
+    async def usage(request: Request):
+        who, _ = await caller(request)
+        used, quota = keys.usage(who)
+        return {"character_count": used, "character_limit": quota or UNLIMITED}
+
+    @route(app, "/v2/glossary-language-pairs", ["GET"])
+    async def glossary_language_pairs(request: Request):
+        await caller(request)
+        return {"supported_languages": []}
+
+    return STYLE
