@@ -18,6 +18,7 @@ class Positions(Enum):
     MARIAN_SINUSOIDAL = "marian_sinusoidal"  # sin in the first half, cos in the second; position = index
     FAIRSEQ_SINUSOIDAL = "fairseq_sinusoidal"  # fairseq's table; positions counted over non-pad tokens, offset 2
     LEARNED = "learned"  # a trained table per side, position = index + 2
+    RELATIVE = "relative"  # T5: no position embeddings; a bucketed relative bias added to self-attention scores
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ class Architecture:
     scale_embedding: bool = False  # token embeddings × √d_model
     activation: str = "gelu"
     output_bias: bool = False  # the checkpoint may hold final_logits_bias (added to the logits)
+    rms_norm: bool = False  # T5's norm: x / RMS(x) × weight (no mean subtraction, no bias)
+    norm_eps: float = 1e-5
+    scale_attention: bool = True  # scores × 1/√Dh (T5 folds the scale into its weights: False)
+    gated_ffn: bool = False  # FFN act(x·W0) ⊙ (x·W1) (T5 v1.1, flan-T5, mT5, MADLAD)
+    linear_bias: bool = True  # attention and FFN projections have biases (T5: none)
+    scale_output: bool = False  # decoder output × d_model^-0.5 before the output projection (T5 v1.0, tied)
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -57,10 +64,16 @@ class ModelConfig:
     eos_token_id: int
     decoder_start_token_id: int
     forced_eos_token_id: int | None = None
+    head_dim: int | None = None  # per-head size when heads × head_dim != d_model (T5's d_kv); None: d_model / heads
+    relative_buckets: int = 32  # Positions.RELATIVE: buckets and the distance the last bucket starts at
+    relative_max_distance: int = 128
+
+    def heads_dim(self, heads: int) -> int:
+        return self.head_dim or self.d_model // heads
 
     def __post_init__(self) -> None:
         for heads_key in ("encoder_attention_heads", "decoder_attention_heads"):
-            if self.d_model % getattr(self, heads_key):
+            if self.head_dim is None and self.d_model % getattr(self, heads_key):
                 raise CheckpointError(f"config.json: d_model {self.d_model} is not divisible by {heads_key}")
         if self.shared_embeddings and self.vocab_size != self.target_vocab_size:
             raise CheckpointError(f"config.json: shared embeddings need one vocabulary, got {self.vocab_size} and "

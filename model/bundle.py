@@ -67,7 +67,7 @@ class ModelBundle:
         model's default. A translation into a model whose target is a forced token must name the target (free
         generation need not). Raises UnsupportedLanguage naming the field and the supported codes."""
         langs = self.languages
-        if (translating and target_lang is None and langs.target_forced and langs.default_target is None
+        if (translating and target_lang is None and langs.target_required and langs.default_target is None
                 and self.generation.forced_bos_token_id is None):
             raise UnsupportedLanguage("target_lang", None, langs.target)
         source = langs.default_source if source_lang is None else (
@@ -105,6 +105,8 @@ class ModelBundle:
             top_p=g.top_p,
             bad_words_ids=g.bad_words_ids,
             forced_eos_token_id=g.forced_eos_token_id,
+            repetition_penalty=g.repetition_penalty,
+            no_repeat_ngram_size=g.no_repeat_ngram_size,
         )
         return replace(params, **overrides)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .architecture import ModelConfig
 from .errors import CheckpointError
-from .search import new_tokens_within
+from .search import START_TOKENS, new_tokens_within
 
 
 def first_id(value):
@@ -32,6 +32,8 @@ class GenerationDefaults:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
 
     @classmethod
     def from_dict(cls, raw: dict, config: ModelConfig) -> "GenerationDefaults":
@@ -45,7 +47,9 @@ class GenerationDefaults:
         return cls(
             num_beams=int(raw.get("num_beams") or 1),
             max_new_tokens=max_new,
-            min_new_tokens=int(raw.get("min_new_tokens") or 0),
+            # min_length counts the start token (transformers' MinLengthLogitsProcessor); both apply
+            min_new_tokens=max(int(raw.get("min_new_tokens") or 0),
+                               new_tokens_within(int(raw.get("min_length") or START_TOKENS))),
             length_penalty=float(raw.get("length_penalty", 1.0)),
             early_stopping=raw.get("early_stopping", False),
             bad_words_ids=tuple(tuple(ids) for ids in raw.get("bad_words_ids") or ()),
@@ -55,6 +59,8 @@ class GenerationDefaults:
             temperature=float(raw.get("temperature") or 1.0),
             top_k=int(raw.get("top_k") or 0),
             top_p=float(raw.get("top_p") or 1.0),
+            repetition_penalty=float(raw.get("repetition_penalty") or 1.0),
+            no_repeat_ngram_size=int(raw.get("no_repeat_ngram_size") or 0),
         )
 
 

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .architecture import Architecture
+
 ACTIVATION_FNS = {
     "swish": F.silu,
     "silu": F.silu,
@@ -30,57 +32,72 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused Q/K/V projection."""
+def make_norm(arch: Architecture, d_model: int) -> nn.Module:
+    return nn.RMSNorm(d_model, eps=arch.norm_eps) if arch.rms_norm else nn.LayerNorm(d_model, eps=arch.norm_eps)
 
-    def __init__(self, d_model: int, num_heads: int):
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused Q/K/V projection. attn_mask: bool (True = attend) or an additive
+    float bias (T5's relative positions, -inf where masked)."""
+
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, arch: Architecture):
         super().__init__()
         self.num_heads = num_heads
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.scale = None if arch.scale_attention else 1.0  # None: SDPA's 1/√Dh
+        inner = num_heads * head_dim
+        self.qkv_proj = nn.Linear(d_model, 3 * inner, bias=arch.linear_bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=arch.linear_bias)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 × (B, T, D)
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 × (B, T, H·Dh)
         return split_heads(q, self.num_heads), split_heads(k, self.num_heads), split_heads(v, self.num_heads)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False):
-        q, k, v = self.project(x)  # (B, H, T, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
-        return self.out_proj(merge_heads(out))
+        return self.attend(*self.project(x), attn_mask, is_causal)  # q, k, v (B, H, T, Dh)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, H, 1, Dh)
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+               is_causal: bool = False) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                             scale=self.scale)  # (B, H, T, Dh)
         return self.out_proj(merge_heads(out))
 
 
 class CrossAttention(nn.Module):
     """Decoder-to-encoder attention; keys/values come from the encoder output and are computed once."""
 
-    def __init__(self, d_model: int, num_heads: int):
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, arch: Architecture):
         super().__init__()
         self.num_heads = num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.scale = None if arch.scale_attention else 1.0
+        inner = num_heads * head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=arch.linear_bias)
+        self.kv_proj = nn.Linear(d_model, 2 * inner, bias=arch.linear_bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=arch.linear_bias)
 
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 × (B, S, D)
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 × (B, S, H·Dh)
         return split_heads(k, self.num_heads), split_heads(v, self.num_heads)  # (B, H, S, Dh)
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
         return self.out_proj(merge_heads(out))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ffn_dim: int, activation: str):
+    """fc2(act(fc1·x)), or gated (T5 v1.1): fc1 holds W0 and W1 stacked, fc2(act(x·W0) ⊙ x·W1)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, arch: Architecture):
         super().__init__()
-        self.fc1 = nn.Linear(d_model, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, d_model)
-        self.activation = ACTIVATION_FNS[activation]
+        self.gated = arch.gated_ffn
+        self.fc1 = nn.Linear(d_model, 2 * ffn_dim if self.gated else ffn_dim, bias=arch.linear_bias)
+        self.fc2 = nn.Linear(ffn_dim, d_model, bias=arch.linear_bias)
+        self.activation = ACTIVATION_FNS[arch.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, linear = self.fc1(x).chunk(2, dim=-1)  # 2 × (B, T, F)
+            return self.fc2(self.activation(gate) * linear)
         return self.fc2(self.activation(self.fc1(x)))
 
 
@@ -92,11 +109,11 @@ class Sublayers(nn.Module):
         self.pre_norm = pre_norm
         self.dropout = nn.Dropout(dropout)
 
-    def enter(self, norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    def enter(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The input a sub-layer computes on."""
         return norm(x) if self.pre_norm else x
 
-    def leave(self, norm: nn.LayerNorm, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def leave(self, norm: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The residual stream after a sub-layer whose output is `out`."""
         out = self.dropout(out)
         return x + out if self.pre_norm else norm(x + out)
@@ -105,13 +122,13 @@ class Sublayers(nn.Module):
 class EncoderLayer(Sublayers):
     """Self-attention and feed-forward, each a residual sub-layer."""
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, pre_norm: bool,
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, ffn_dim: int, arch: Architecture,
                  dropout: float = 0.0):
-        super().__init__(pre_norm, dropout)
-        self.self_attn = SelfAttention(d_model, num_heads)
-        self.self_attn_layer_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, activation)
-        self.final_layer_norm = nn.LayerNorm(d_model)
+        super().__init__(arch.pre_norm, dropout)
+        self.self_attn = SelfAttention(d_model, num_heads, head_dim, arch)
+        self.self_attn_layer_norm = make_norm(arch, d_model)
+        self.ffn = FeedForward(d_model, ffn_dim, arch)
+        self.final_layer_norm = make_norm(arch, d_model)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         norm = self.self_attn_layer_norm
@@ -123,15 +140,15 @@ class EncoderLayer(Sublayers):
 class DecoderLayer(Sublayers):
     """Causal self-attention, cross-attention over the encoder output, feed-forward."""
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, activation: str, pre_norm: bool,
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, ffn_dim: int, arch: Architecture,
                  dropout: float = 0.0):
-        super().__init__(pre_norm, dropout)
-        self.self_attn = SelfAttention(d_model, num_heads)
-        self.self_attn_layer_norm = nn.LayerNorm(d_model)
-        self.encoder_attn = CrossAttention(d_model, num_heads)
-        self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, activation)
-        self.final_layer_norm = nn.LayerNorm(d_model)
+        super().__init__(arch.pre_norm, dropout)
+        self.self_attn = SelfAttention(d_model, num_heads, head_dim, arch)
+        self.self_attn_layer_norm = make_norm(arch, d_model)
+        self.encoder_attn = CrossAttention(d_model, num_heads, head_dim, arch)
+        self.encoder_attn_layer_norm = make_norm(arch, d_model)
+        self.ffn = FeedForward(d_model, ffn_dim, arch)
+        self.final_layer_norm = make_norm(arch, d_model)
 
     def self_attention_input(self, x: torch.Tensor) -> torch.Tensor:
         return self.enter(self.self_attn_layer_norm, x)
@@ -144,9 +161,10 @@ class DecoderLayer(Sublayers):
         norm = self.final_layer_norm
         return self.leave(norm, x, self.ffn(self.enter(norm, x)))
 
-    def forward(self, x, cross_k, cross_v, cross_mask):
-        """Teacher-forced pass over a whole target prefix (training and the no-cache oracle)."""
-        attn = self.self_attn(self.self_attention_input(x), is_causal=True)
+    def forward(self, x, self_mask, cross_k, cross_v, cross_mask):
+        """Teacher-forced pass over a whole target prefix (training and the no-cache oracle); self_mask None
+        means plain causal attention."""
+        attn = self.self_attn(self.self_attention_input(x), self_mask, is_causal=self_mask is None)
         return self.post_self_attention(x, attn, cross_k, cross_v, cross_mask)
 
 

@@ -1,8 +1,10 @@
-"""Rules applied to next-token scores before a search chooses: banned words, minimum length, forced first
-token (the target language) and forced </s>.
+"""Rules applied to next-token scores before a search chooses: repetition penalty, no repeated n-grams, banned
+words, minimum length, forced first token (the target language) and forced </s>.
 
-They mirror transformers' NoBadWords, MinNewTokensLength, ForcedBOSToken and ForcedEOSToken processors and are
-applied to a whole batch of rows at once.
+They mirror transformers' RepetitionPenalty, NoRepeatNGram, NoBadWords, MinLength/MinNewTokensLength,
+ForcedBOSToken and ForcedEOSToken processors, in that order, and are applied to a whole batch of rows at once:
+the scores a search chooses from are the logits (greedy, sampling) or the log-probabilities (beam search), as in
+transformers. The decoder input a rule reads includes the start token, as transformers' input_ids do.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from .search import NEG_INF, Search
 
 def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
     """scores (n, V), modified in place; row r belongs to the search whose `rows` contain r."""
+    _penalize_repetitions(scores, [s for s in searches if s.params.repetition_penalty != 1.0])
+    _ban_repeated_ngrams(scores, [s for s in searches if s.params.no_repeat_ngram_size > 0])
     banned_groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
     eos_banned: list[int] = []
     forced: dict[int, list[int]] = defaultdict(list)
@@ -49,3 +53,38 @@ def _ban_completions(scores: torch.Tensor, search: Search, word: tuple[int, ...]
             n == len(seq) + 1 and prefix[0] == search.start_id and prefix[1:] == seq)
         if ends_with:
             scores[row, word[-1]] = NEG_INF
+
+
+def _penalize_repetitions(scores: torch.Tensor, searches: list[Search]) -> None:
+    """Every token already in a row's decoder input: its score × penalty if negative, else ÷ penalty. One gather
+    and one scatter over (rows, longest input); shorter inputs are padded with their start token (a repeat)."""
+    if not searches:
+        return
+    inputs = [[s.start_id] + seq for s in searches for seq in s.sequences]
+    rows = torch.tensor([row for s in searches for row in s.rows], device=scores.device)
+    width = max(map(len, inputs))
+    tokens = torch.tensor([seq + [seq[0]] * (width - len(seq)) for seq in inputs], device=scores.device)  # (r, L)
+    penalty = torch.tensor([s.params.repetition_penalty for s in searches for _ in s.rows],
+                           device=scores.device, dtype=scores.dtype)[:, None]  # (r, 1)
+    selected = scores.index_select(0, rows)  # (r, V)
+    seen = selected.gather(1, tokens)
+    selected.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
+    scores.index_copy_(0, rows, selected)
+
+
+def _ban_repeated_ngrams(scores: torch.Tensor, searches: list[Search]) -> None:
+    """Ban each token that would complete an n-gram already in the row's decoder input."""
+    banned_rows, banned_tokens = [], []
+    for search in searches:
+        n = search.params.no_repeat_ngram_size
+        for row, seq in zip(search.rows, search.sequences):
+            tokens = [search.start_id] + seq
+            if len(tokens) + 1 < n:
+                continue
+            prefix = tokens[len(tokens) - n + 1:]
+            for start in range(len(tokens) - n + 1):
+                if tokens[start:start + n - 1] == prefix:
+                    banned_rows.append(row)
+                    banned_tokens.append(tokens[start + n - 1])
+    if banned_rows:
+        scores[banned_rows, banned_tokens] = NEG_INF

@@ -82,9 +82,50 @@ class FairseqPositions(nn.Module):
         return self.weight[(steps + 1) * tokens.ne(self.pad_id) + self.pad_id]  # (n, D)
 
 
-def position_embeddings(config: ModelConfig) -> tuple[nn.Module, nn.Module]:
-    """(encoder positions, decoder positions); the fixed kinds share one table."""
+def relative_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
+                     max_distance: int) -> torch.Tensor:
+    """T5's bucket of each relative position (key - query), as transformers computes it: half the buckets for
+    exact small distances, the rest logarithmic up to max_distance; the encoder splits them by direction, the
+    decoder sees only the past."""
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative > 0).long() * num_buckets
+        distance = relative.abs()
+    else:
+        distance = -torch.min(relative, torch.zeros_like(relative))
+    max_exact = num_buckets // 2
+    large = max_exact + (torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).long()
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(distance < max_exact, distance, large)
+
+
+class RelativePositionBias(nn.Module):
+    """T5: a learned bias per (bucket, head) added to the self-attention scores of every layer; no position
+    embeddings. Buckets for query/key positions up to `num_positions` are computed once."""
+
+    def __init__(self, num_buckets: int, max_distance: int, num_heads: int, bidirectional: bool, num_positions: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_buckets, num_heads))  # (buckets, H)
+        positions = torch.arange(num_positions)
+        table = relative_buckets(positions[None, :] - positions[:, None], bidirectional, num_buckets, max_distance)
+        self.register_buffer("buckets", table, persistent=False)  # (P query, P key)
+
+    def forward(self, length: int) -> torch.Tensor:
+        """The bias of a whole sequence against itself: (1, H, T, T)."""
+        return self.weight[self.buckets[:length, :length]].permute(2, 0, 1)[None]
+
+    def step(self, positions: torch.Tensor, key_length: int) -> torch.Tensor:
+        """The bias row of each live row's current position against keys [0, key_length): (n, H, 1, K)."""
+        return self.weight[self.buckets[positions, :key_length]].permute(0, 2, 1)[:, :, None]
+
+
+def position_embeddings(config: ModelConfig) -> tuple[nn.Module | None, nn.Module | None]:
+    """(encoder positions, decoder positions); the fixed kinds share one table; None for relative positions."""
     kind, n, d = config.architecture.positions, config.max_position_embeddings, config.d_model
+    if kind is Positions.RELATIVE:
+        return None, None
     if kind is Positions.LEARNED:
         return IndexPositions(None, n, d, offset=2), IndexPositions(None, n, d, offset=2)
     shared = (IndexPositions(marian_sinusoids(n, d), n, d, offset=0) if kind is Positions.MARIAN_SINUSOIDAL

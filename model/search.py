@@ -44,6 +44,8 @@ class DecodeParams:
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     forced_bos_token_id: int | None = None  # the first generated token (a target language), as transformers
     forced_eos_token_id: int | None = None
+    repetition_penalty: float = 1.0  # scores of tokens already in the decoder input: × it if < 0, else ÷ it
+    no_repeat_ngram_size: int = 0  # an n-gram of the decoder input (start token included) never occurs twice
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -53,6 +55,9 @@ class DecodeParams:
                              f"({self.num_beams})")
         if self.do_sample and self.num_beams > 1:
             raise ValueError("sampling with num_beams > 1 is not supported")
+        if not self.repetition_penalty > 0 or self.no_repeat_ngram_size < 0:
+            raise ValueError(f"need repetition_penalty > 0 and no_repeat_ngram_size >= 0; got "
+                             f"{self.repetition_penalty} and {self.no_repeat_ngram_size}")
         if not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError(f"sampling needs temperature > 0, 0 < top_p <= 1 and top_k >= 0; got temperature "
                              f"{self.temperature}, top_p {self.top_p}, top_k {self.top_k}")

@@ -12,14 +12,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .architecture import ModelConfig
+from .architecture import Architecture, ModelConfig, Positions
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, embed_scale
-from .positions import position_embeddings
+from .layers import DecoderLayer, EncoderLayer, embed_scale, make_norm
+from .positions import RelativePositionBias, position_embeddings
 
 
-def optional_norm(enabled: bool, d_model: int) -> nn.Module:
-    return nn.LayerNorm(d_model) if enabled else nn.Identity()
+def optional_norm(enabled: bool, arch: Architecture, d_model: int) -> nn.Module:
+    return make_norm(arch, d_model) if enabled else nn.Identity()
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -28,22 +28,30 @@ class Seq2SeqTransformer(nn.Module):
         self.config = config
         arch, d = config.architecture, config.d_model
         self.embed_scale = embed_scale(d, arch.scale_embedding)
+        self.output_scale = d ** -0.5 if arch.scale_output else 1.0
         self.encoder_embed = nn.Embedding(config.vocab_size, d)
         self.decoder_embed = (self.encoder_embed if config.shared_embeddings
                               else nn.Embedding(config.target_vocab_size, d))
         self.encoder_positions, self.decoder_positions = position_embeddings(config)
-        self.encoder_embed_norm = optional_norm(arch.embedding_norm, d)
-        self.decoder_embed_norm = optional_norm(arch.embedding_norm, d)
+        self.encoder_relative_bias = self.decoder_relative_bias = None
+        if arch.positions is Positions.RELATIVE:
+            self.encoder_relative_bias, self.decoder_relative_bias = (
+                RelativePositionBias(config.relative_buckets, config.relative_max_distance, heads, bidirectional,
+                                     config.max_position_embeddings)
+                for heads, bidirectional in ((config.encoder_attention_heads, True),
+                                             (config.decoder_attention_heads, False)))
+        self.encoder_embed_norm = optional_norm(arch.embedding_norm, arch, d)
+        self.decoder_embed_norm = optional_norm(arch.embedding_norm, arch, d)
+        heads = config.encoder_attention_heads
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d, config.encoder_attention_heads, config.encoder_ffn_dim, arch.activation, arch.pre_norm,
-                         dropout)
+            EncoderLayer(d, heads, config.heads_dim(heads), config.encoder_ffn_dim, arch, dropout)
             for _ in range(config.encoder_layers))
+        heads = config.decoder_attention_heads
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d, config.decoder_attention_heads, config.decoder_ffn_dim, arch.activation, arch.pre_norm,
-                         dropout)
+            DecoderLayer(d, heads, config.heads_dim(heads), config.decoder_ffn_dim, arch, dropout)
             for _ in range(config.decoder_layers))
-        self.encoder_norm = optional_norm(arch.final_norms, d)
-        self.decoder_norm = optional_norm(arch.final_norms, d)
+        self.encoder_norm = optional_norm(arch.final_norms, arch, d)
+        self.decoder_norm = optional_norm(arch.final_norms, arch, d)
         # The output bias is final_logits_bias (Marian, mBART, BART): fixed (not trained), zero when a checkpoint
         # has none, and added inside the output matmul rather than in a second pass over (n, V) logits.
         self.lm_head = nn.Linear(d, config.target_vocab_size)
@@ -62,13 +70,17 @@ class Seq2SeqTransformer(nn.Module):
         return self.encoder_embed.weight.dtype
 
     def _embed(self, embedding: nn.Embedding, norm: nn.Module, ids: torch.Tensor,
-               positions: torch.Tensor) -> torch.Tensor:
-        return self.dropout(norm(embedding(ids) * self.embed_scale + positions))
+               positions: torch.Tensor | None) -> torch.Tensor:
+        x = embedding(ids) * self.embed_scale
+        return self.dropout(norm(x if positions is None else x + positions))
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D)."""
-        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src_ids, self.encoder_positions(src_ids))
+        positions = self.encoder_positions(src_ids) if self.encoder_positions is not None else None
+        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src_ids, positions)
         attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        if self.encoder_relative_bias is not None:  # (B, H, S, S): the bias, -inf on padding
+            attn_mask = self.encoder_relative_bias(src_ids.shape[1]).masked_fill(~attn_mask, float("-inf"))
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
@@ -79,22 +91,29 @@ class Seq2SeqTransformer(nn.Module):
         return torch.stack([k for k, _ in kvs]), torch.stack([v for _, v in kvs])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.decoder_norm(hidden))  # (..., V)
+        hidden = self.decoder_norm(hidden)
+        return self.lm_head(hidden * self.output_scale if self.output_scale != 1.0 else hidden)  # (..., V)
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V) for decoder inputs tgt_ids (B, T); no cache."""
         memory = self.encode(src_ids, src_mask)
         cross_mask = src_mask[:, None, None, :]
-        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tgt_ids, self.decoder_positions(tgt_ids))
+        positions = self.decoder_positions(tgt_ids) if self.decoder_positions is not None else None
+        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tgt_ids, positions)
+        self_mask = None  # causal
+        if self.decoder_relative_bias is not None:  # (1, H, T, T): the bias, -inf above the diagonal
+            t = tgt_ids.shape[1]
+            future = torch.ones(t, t, dtype=torch.bool, device=tgt_ids.device).triu(1)
+            self_mask = self.decoder_relative_bias(t).masked_fill(future, float("-inf"))
         for layer in self.decoder_layers:
             k, v = layer.encoder_attn.project_memory(memory)
-            x = layer(x, k, v, cross_mask)
+            x = layer(x, self_mask, k, v, cross_mask)
         return self.logits(x)
 
     def new_cache(self, rows: int, max_target_len: int, max_source_len: int) -> KVCache:
         c = self.config
         heads = c.decoder_attention_heads
-        return KVCache(c.decoder_layers, rows, heads, c.d_model // heads, max_target_len, max_source_len,
+        return KVCache(c.decoder_layers, rows, heads, c.heads_dim(heads), max_target_len, max_source_len,
                        self.dtype, self.device)
 
     def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -104,10 +123,13 @@ class Seq2SeqTransformer(nn.Module):
         them. target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
         """
         n = tokens.shape[0]
-        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tokens,
-                        self.decoder_positions.step(tokens, positions))[:, None, :]  # (n, 1, D)
+        step_positions = (self.decoder_positions.step(tokens, positions) if self.decoder_positions is not None
+                          else None)
+        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tokens, step_positions)[:, None, :]  # (n, 1, D)
         self_mask = (torch.arange(target_len, device=tokens.device)[None, :] <= positions[:, None])
         self_mask = self_mask[:, None, None, :]  # (n, 1, 1, T)
+        if self.decoder_relative_bias is not None:  # (n, H, 1, T): this position's bias row, -inf on the future
+            self_mask = self.decoder_relative_bias.step(positions, target_len).masked_fill(~self_mask, float("-inf"))
         cross_mask = cache.source_mask[:n, None, None, :source_len]  # (n, 1, 1, S)
         for i, layer in enumerate(self.decoder_layers):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)

@@ -32,3 +32,12 @@ def family_checkpoints(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("families")
     return {name: build(root / name) for name, build in BUILDERS.items()}
+
+
+@pytest.fixture(scope="session")
+def text2text_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Tiny T5 v1.0, T5 v1.1, MADLAD-style and BART checkpoints (see text2text_fixtures)."""
+    from text2text_fixtures import BUILDERS
+
+    root = tmp_path_factory.mktemp("text2text")
+    return {name: build(root / name) for name, build in BUILDERS.items()}

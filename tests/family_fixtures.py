@@ -97,11 +97,11 @@ def _family_corpus(n: int, seed: int) -> list[str]:
     return lines + seen
 
 
-def _train_spm(lines: list[str], vocab_size: int, model_type: str) -> bytes:
+def _train_spm(lines: list[str], vocab_size: int, model_type: str, **options) -> bytes:
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
                                    model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
-                                   minloglevel=2, num_threads=1)
+                                   minloglevel=2, num_threads=1, **options)
     return model.getvalue()
 
 

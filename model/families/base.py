@@ -23,7 +23,7 @@ class Languages:
     target: tuple[str, ...] = ()
     default_source: str | None = None
     default_target: str | None = None
-    target_forced: bool = False  # the target is a token forced first: a translation must name one
+    target_required: bool = False  # a token names the target (forced first, or MADLAD's <2xx>): a translation needs one
 
 
 class Tokenizer(Protocol):

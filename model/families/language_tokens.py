@@ -61,13 +61,17 @@ class SentencePieceVocab:
 
 
 class TokenizerJson:
-    """tokenizer.json through the `tokenizers` library, without its post-processor's special tokens."""
+    """A `tokenizers` tokenizer (tokenizer.json, or built in code), without its post-processor's special tokens."""
 
-    def __init__(self, path: Path):
+    def __init__(self, tokenizer: HFTokenizersTokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def read(cls, path: Path) -> "TokenizerJson":
         if not path.exists():
             raise CheckpointError(f"{path}: file not found")
         try:
-            self.tokenizer = HFTokenizersTokenizer.from_file(str(path))
+            return cls(HFTokenizersTokenizer.from_file(str(path)))
         except Exception as e:  # the library raises plain Exceptions for malformed files
             raise CheckpointError(f"{path}: cannot read the tokenizer ({str(e).splitlines()[0]})") from None
 
@@ -102,7 +106,7 @@ class LanguageTokenTokenizer:
         self.eos_id, self.pad_id = pieces.token_id(eos_token), pieces.token_id(pad_token)
         self.languages = Languages(source=tuple(codes), target=tuple(codes),
                                    default_source=default_source if default_source in codes else None,
-                                   target_forced=True)
+                                   target_required=True)
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         ids = self.pieces.encode(text)

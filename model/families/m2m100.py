@@ -57,7 +57,7 @@ def m2m100_tokenizer(model_dir: Path, tok_config: dict) -> LanguageTokenTokenize
 
 
 def nllb_tokenizer(model_dir: Path, tok_config: dict) -> LanguageTokenTokenizer:
-    pieces = TokenizerJson(model_dir / "tokenizer.json")
+    pieces = TokenizerJson.read(model_dir / "tokenizer.json")
     return LanguageTokenTokenizer(pieces, listed_language_codes(pieces, model_dir, tok_config),
                                   tok_config.get("src_lang") or "eng_Latn",
                                   legacy_suffix=bool(tok_config.get("legacy_behaviour", False)))

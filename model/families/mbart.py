@@ -34,7 +34,7 @@ def load_tokenizer(model_dir: Path) -> LanguageTokenTokenizer:
     tok_config = read_tokenizer_config(model_dir)
     if not (model_dir / "tokenizer.json").exists():
         raise CheckpointError(f"{model_dir / 'tokenizer.json'}: file not found (mBART-50 checkpoints ship it)")
-    pieces = TokenizerJson(model_dir / "tokenizer.json")
+    pieces = TokenizerJson.read(model_dir / "tokenizer.json")
     return LanguageTokenTokenizer(pieces, listed_language_codes(pieces, model_dir, tok_config),
                                   tok_config.get("src_lang") or "en_XX")
 
