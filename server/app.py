@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import metrics
 from .compat import add_deepl_routes, add_libretranslate_routes
+from .compat.errors import route_path
 from .domain import ModelInfo
 from .errors import BadBody, BodyTooLarge, InvalidRequest, ServerError, Unauthorized
 from .keys import Keys
@@ -56,7 +57,7 @@ class BodyGuard:
         chunks, size = [], 0
         declared = dict(scope["headers"]).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self.render(scope["path"], self._too_large())(scope, receive, send)
+            return await self.render(route_path(scope), self._too_large())(scope, receive, send)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -64,7 +65,7 @@ class BodyGuard:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self.render(scope["path"], self._too_large())(scope, receive, send)
+                return await self.render(route_path(scope), self._too_large())(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
@@ -73,7 +74,7 @@ class BodyGuard:
                 body.decode("utf-8")
             except UnicodeDecodeError as e:
                 error = BadBody(f"the body is not valid UTF-8 (byte {e.start})", field="body")
-                return await self.render(scope["path"], error)(scope, receive, send)
+                return await self.render(route_path(scope), error)(scope, receive, send)
         replayed = False
 
         async def replay():

@@ -27,6 +27,12 @@ class InvalidKey(ServerError):
     status, code = 403, "invalid_api_key"
 
 
+def route_path(scope) -> str:
+    """A request's path below the app's mount point (Ray Serve's route prefix is the ASGI root_path)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 # Both APIs know one status for a bad request, where the native API tells 400, 404 and 422 apart.
 BAD_REQUEST: Mapping[type[ServerError], int] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
 

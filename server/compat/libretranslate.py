@@ -23,7 +23,7 @@ from ..errors import InvalidRequest
 from ..keys import Keys, QuotaExceeded
 from ..settings import Settings
 from ..streaming import until_disconnect
-from .errors import BAD_REQUEST, ErrorStyle, InvalidKey
+from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, route_path
 from .languages import ServedLanguages, canonical, language_name
 from .reading import caller_of, present, read_params, validated
 
@@ -101,7 +101,7 @@ class ScopedCORS:
         self.cors = CORSMiddleware(app, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not owns(scope["path"]):
+        if scope["type"] != "http" or not owns(route_path(scope)):
             return await self.app(scope, receive, send)
 
         async def any_origin(message):
