@@ -50,15 +50,18 @@ class EngineLoop:
         return time.monotonic() - self.heartbeat
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def submit(self, sources: list[tuple[list[int], DecodeParams]]) -> list[tuple[SeqRequest, asyncio.Queue]]:
+    def submit(self, sources: list[tuple[list[int], DecodeParams]],
+               group: int | None = None) -> list[tuple[SeqRequest, asyncio.Queue]]:
         """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
-        outputs."""
+        outputs. The sequences form one group (the scheduler shares rows between groups): a new one, or
+        `group` when a request submits more of its sequences later."""
         loop = asyncio.get_running_loop()
         out = []
         for ids, params in sources:
             queue: asyncio.Queue[Output] = asyncio.Queue()
-            out.append((SeqRequest(ids, params, lambda o, q=queue: loop.call_soon_threadsafe(q.put_nowait, o)),
-                        queue))
+            deliver = (lambda o, q=queue: loop.call_soon_threadsafe(q.put_nowait, o))
+            out.append((SeqRequest(ids, params, deliver, group=group), queue))
+            group = out[0][0].group
         with self.lock:
             self.scheduler.add([r for r, _ in out])
             self._record_queues()

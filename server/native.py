@@ -8,7 +8,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from . import dispatch
-from .domain import DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TranslationJob, TranslationResult
+from .domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
+                     TranslationResult)
 from .errors import ServerError
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
@@ -19,8 +20,13 @@ from .streaming import sse, until_disconnect
 def translation_job(body: TranslateRequest) -> TranslationJob:
     options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.beam_size,
                             length_penalty=body.length_penalty, n_best=body.n_best)
+    split = body.split_sentences or ("1" if body.format == "text" else "nonewlines")
+    text_options = TextOptions(format=body.format, split_sentences=split, ignore_tags=tuple(body.ignore_tags or ()),
+                               non_splitting_tags=tuple(body.non_splitting_tags or ()),
+                               splitting_tags=tuple(body.splitting_tags or ()))
     return TranslationJob(texts=tuple(body.text), fields=tuple(body.field_name(i) for i in range(len(body.text))),
-                          source_lang=body.source_lang, target_lang=body.target_lang, options=options)
+                          source_lang=body.source_lang, target_lang=body.target_lang, options=options,
+                          text_options=text_options)
 
 
 def translate_response(result: TranslationResult, with_scores: bool) -> TranslateResponse:
@@ -36,7 +42,9 @@ def translate_response(result: TranslationResult, with_scores: bool) -> Translat
 
 def generation_job(body: GenerateRequest) -> GenerationJob:
     options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.num_beams,
-                            temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
+                            length_penalty=body.length_penalty, temperature=body.temperature, top_k=body.top_k,
+                            top_p=body.top_p, seed=body.seed, repetition_penalty=body.repetition_penalty,
+                            no_repeat_ngram_size=body.no_repeat_ngram_size, min_new_tokens=body.min_new_tokens)
     return GenerationJob(text=body.text, options=options, stop=tuple(body.stop or ()), source_lang=body.source_lang,
                          target_lang=body.target_lang)
 

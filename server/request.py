@@ -48,11 +48,16 @@ class SeqRequest:
     params: DecodeParams
     deliver: Callable[[Output], None]
     id: int = field(default_factory=lambda: next(_ids))
+    group: int | None = None  # the request this sequence belongs to (its sentences share one); None: its own id
     status: Status = Status.WAITING
     arrived_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     steps: int = 0  # decoder steps taken (a beam request steps all its beams at once)
     output_tokens: int = 0  # set when finished: tokens of the best hypothesis (see README "output tokens")
+
+    def __post_init__(self):
+        if self.group is None:
+            self.group = self.id
 
     @property
     def rows(self) -> int:

@@ -8,7 +8,7 @@ outputs (tokens, finished hypotheses) and retires finished requests.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Hashable, Protocol
 
@@ -68,27 +68,46 @@ class Scheduler:
             self.to_cancel.append(request)
 
     def schedule(self) -> Plan:
-        """First come, first served: admit from the head of the queue while rows and the padded encoder
-        batch (group size × longest source) fit; never skip ahead of a request that does not fit."""
+        """Admit while rows and the padded encoder batch (group size × longest source) fit. Next in line is the
+        oldest waiting sequence of the group (request) holding the fewest rows, so a one-sentence request that
+        arrives while a document fills the batch takes the first row that frees; within a group, first come
+        first served. Admission stops at the first sequence that does not fit: nothing skips ahead of it."""
         # A request may have finished in the step during which it was cancelled: nothing left to drop.
         plan = Plan(cancel=[r for r in self.to_cancel if self.running.pop(r.id, None) is not None])
         self.to_cancel = []
         for request in plan.cancel:
             request.status = Status.CANCELLED
-        free_rows = self.max_rows - self.rows_in_use
+        held = Counter()
+        for request in self.running.values():
+            held[request.group] += request.rows
+        free_rows = self.max_rows - sum(held.values())
         longest = 0
         while self.waiting:
-            request = self.waiting[0]
+            request = self._least_served(held)
             padded = (len(plan.admit) + 1) * max(longest, len(request.source_ids))
             if request.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(request)
             plan.admit.append(request)
             free_rows -= request.rows
+            held[request.group] += request.rows
             longest = max(longest, len(request.source_ids))
             request.status = Status.RUNNING
             self.running[request.id] = request
         return plan
+
+    def _least_served(self, held: Counter) -> SeqRequest:
+        """The oldest waiting sequence of the group holding the fewest rows (the oldest group on a tie)."""
+        best, seen = None, set()
+        for request in self.waiting:
+            if request.group in seen:
+                continue
+            seen.add(request.group)
+            if best is None or held[request.group] < held[best.group]:
+                best = request
+                if held[best.group] == 0:
+                    break  # nobody holds fewer
+        return best
 
     def update(self, events: list[StepEvent], now: float) -> Update:
         """A step's events → outputs per request; finished requests leave `running`."""

@@ -6,29 +6,30 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, create_model, model_validator
 
-MAX_TEXT_CHARS = 20_000  # per text, before tokenizing (the token limit is per model)
+MAX_TEXT_CHARS = 20_000  # /v1/generate's text, before tokenizing (the token limit is per model)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-_TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT_CHARS}
-
-
-def texts_type(max_texts: int | None):
+def texts_type(max_texts: int | None, max_chars: int | None):
     """Validated as a list (a bare string is wrapped first); documented as what clients may send."""
-    return Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]], Field(min_length=1, max_length=max_texts),
-                     WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
-                                                              **({"maxItems": max_texts} if max_texts else {})}],
+    text_schema = {"type": "string", **({"maxLength": max_chars} if max_chars else {})}
+    return Annotated[list[Annotated[str, Field(max_length=max_chars)]], Field(min_length=1, max_length=max_texts),
+                     WithJsonSchema({"anyOf": [text_schema, {"type": "array", "items": text_schema, "minItems": 1,
+                                                             **({"maxItems": max_texts} if max_texts else {})}],
                                      "description": f"one text, or a list of 1..{max_texts or 'N'} texts",
                                      "examples": ["one hundred and twenty-three"]})]
+
+
+TagList = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=64)]
 
 
 class TranslateRequest(Strict):
     """The shape; `request_schemas(settings)` derives the class the routes use, with the server's limits."""
 
-    text: texts_type(None)
+    text: texts_type(None, None)
     _single: bool = PrivateAttr(False)
     source_lang: str | None = Field(None, max_length=32, examples=["en", "auto"],
                                     description='"auto": detected per text among the served source languages')
@@ -39,6 +40,13 @@ class TranslateRequest(Strict):
     length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
     n_best: int = Field(1, ge=1)
     return_scores: bool = False
+    format: Literal["text", "html", "xml"] = Field("text", description="html, xml: only text nodes are translated")
+    split_sentences: Literal["0", "1", "nonewlines"] | None = Field(
+        None, description='"1": line breaks, then sentences; "nonewlines": sentences only; "0": the text as one unit. '
+                          'Default "1" for text, "nonewlines" for markup')
+    ignore_tags: TagList | None = Field(None, description="markup elements whose contents come back untouched")
+    non_splitting_tags: TagList | None = Field(None, description="markup elements that never cut a sentence")
+    splitting_tags: TagList | None = Field(None, description="markup elements that always cut one")
 
     @model_validator(mode="wrap")
     @classmethod
@@ -94,6 +102,11 @@ class GenerateRequest(Strict):
     top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     num_beams: int | None = Field(None, ge=1)
+    length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, allow_inf_nan=False,
+                                             description="as transformers: > 1 discourages tokens already generated")
+    no_repeat_ngram_size: int | None = Field(None, ge=0, le=32, description="0 turns the model's default off")
+    min_new_tokens: int | None = Field(None, ge=0)
     stop: list[str] | None = Field(None, max_length=16)
     stream: bool = False
 
@@ -103,7 +116,7 @@ def request_schemas(settings) -> tuple[type[TranslateRequest], type[GenerateRequ
     OpenAPI document say the same as the settings (raising --max-beams raises what the schema accepts)."""
     beams = settings.beam_limit
     translate = create_model("TranslateRequest", __base__=TranslateRequest,
-                             text=(texts_type(settings.max_texts), ...),
+                             text=(texts_type(settings.max_texts, settings.max_document_chars), ...),
                              beam_size=(int | None, Field(None, ge=1, le=beams)),
                              n_best=(int, Field(1, ge=1, le=beams)))
     generate = create_model("GenerateRequest", __base__=GenerateRequest,

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import AsyncIterator
 
-from model import DecodeParams, Hypothesis, ModelBundle, Source, UnsupportedLanguage
+from model import (DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source, UnsupportedLanguage,
+                   iso_code, prepare)
 
 from .detokenize import IncrementalDetokenizer
-from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TranslatedText,
-                     TranslationJob, TranslationResult)
+from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
+                     TranslatedText, TranslationJob, TranslationResult)
 from .engine import Engine
-from .errors import InvalidRequest, RequestTimeout
+from .errors import BadBody, InvalidRequest, QueueFull, RequestTimeout
 from .loop import EngineLoop
 from .metrics import EngineStats
 from .registry import model_limits
@@ -70,39 +71,67 @@ class ModelService:
         if options.n_best > beams:
             raise InvalidRequest(f"n_best {options.n_best} exceeds the number of beams {beams}", field="n_best",
                                  limit=beams)
-        if options.length_penalty is not None:
-            overrides["length_penalty"] = options.length_penalty
+        for rule in ("length_penalty", "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens"):
+            if getattr(options, rule) is not None:
+                overrides[rule] = getattr(options, rule)
         params = self.bundle.decode_params(beam_size=beams, max_new_tokens=options.max_new_tokens,
                                            n_best=options.n_best, **overrides)
         return replace(params, max_new_tokens=min(params.max_new_tokens, s.max_new_tokens))
 
     # ---- translation -------------------------------------------------------------------------------------
     async def translate(self, job: TranslationJob) -> TranslationResult:
+        """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
+        running batch, and each text is rebuilt from its sentences' translations."""
         if len(job.texts) > self.settings.max_texts:
             raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {self.settings.max_texts}",
                                  field=job.texts_field, limit=self.settings.max_texts)
         source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
         params = self._params(job.options, job.beams_field)
-        non_empty = [i for i, t in enumerate(job.texts) if t.strip()]
-        sources = self._sources(tuple(job.texts[i] for i in non_empty), tuple(job.fields[i] for i in non_empty),
+        documents = [self._document(text, name, job.text_options, source_lang, target_lang)
+                     for text, name in zip(job.texts, job.fields)]
+        owners = [i for i, document in enumerate(documents) for _ in document.units]
+        sources = self._sources(tuple(u for d in documents for u in d.units), tuple(job.fields[i] for i in owners),
                                 source_lang, target_lang)
         finals = await self._run_all(sources, params)
-        texts = [TranslatedText(text="", score=None) for _ in job.texts]
-        for i, hyps in zip(non_empty, finals):
-            texts[i] = self._translated(hyps)
+        best = iter(finals)
+        texts = [self._translated(document, [next(best) for _ in document.units]) for document in documents]
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
 
-    def _translated(self, hyps: list[Hypothesis]) -> TranslatedText:
-        best, *others = hyps
-        return TranslatedText(text=self.bundle.decode(best.token_ids), score=best.score,
-                              alternatives=tuple(Candidate(self.bundle.decode(h.token_ids), h.score) for h in others))
+    def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
+                  target_lang: str | None) -> Document:
+        limit = self.settings.max_document_chars
+        if len(text) > limit:
+            raise InvalidRequest(f"{field} has {len(text)} characters; at most {limit}", field=field, limit=limit)
+
+        def fits(sentence: str) -> bool:
+            return len(self.bundle.source(sentence, source_lang, target_lang).ids) <= self.settings.max_input_tokens
+
+        language = iso_code(source_lang) if source_lang else None
+        try:
+            return prepare(text, language, fits=fits, **asdict(options))
+        except MarkupError as e:
+            raise BadBody(f"{field}: {e}", field=field) from None
+        except ValueError as e:  # an unknown format or split mode
+            raise InvalidRequest(str(e), field=field) from None
+
+    def _translated(self, document: Document, hyps: list[list[Hypothesis]]) -> TranslatedText:
+        """The text rebuilt from its units' best translations; its score is their mean. Alternatives exist only
+        for a text of one unit (n-best lists of several sentences do not combine)."""
+        text = document.render([self.bundle.decode(h[0].token_ids) for h in hyps])
+        if not hyps:
+            return TranslatedText(text=text, score=None)
+        alternatives = () if len(hyps) > 1 else tuple(Candidate(self.bundle.decode(h.token_ids), h.score)
+                                                      for h in hyps[0][1:])
+        return TranslatedText(text=text, score=sum(h[0].score for h in hyps) / len(hyps), alternatives=alternatives)
 
     async def _run_all(self, sources: list[Source], params: DecodeParams) -> list[list[Hypothesis]]:
-        if not sources:
-            return []
-        submitted = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos)) for s in sources])
+        """Decode every source; a long document enters the engine a window at a time (twice the batch rows, so
+        rows never wait for the event loop), all its sequences in one scheduler group."""
+        results: list[list[Hypothesis] | None] = [None] * len(sources)
+        window = 2 * self.settings.max_batch_rows
+        submitted, tasks, group, next_source = [], {}, None, 0
 
         async def final(request, queue):
             async for output in self.loop.outputs(request, queue):
@@ -111,21 +140,32 @@ class ModelService:
                 if isinstance(output, FinalOutput):
                     return output.hypotheses
 
-        tasks = [asyncio.ensure_future(final(r, q)) for r, q in submitted]
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                # not gather: cancelling a gather cancels its tasks one by one, and the engine could admit a
-                # waiting sequence of this request between two of them
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in tasks:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()
-            return [task.result() for task in tasks]
+                while next_source < len(sources) or tasks:
+                    batch = sources[next_source:next_source + window - len(tasks)]
+                    try:
+                        added = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
+                                                  for s in batch], group) if batch else []
+                    except QueueFull:
+                        if not tasks:
+                            raise
+                        added = []  # others' requests fill the queue: retry when one of ours finishes
+                    for request, queue in added:
+                        tasks[asyncio.ensure_future(final(request, queue))] = next_source
+                        submitted.append(request)
+                        group, next_source = request.group, next_source + 1
+                    # not gather: cancelling a gather cancels its tasks one by one, and the engine could admit a
+                    # waiting sequence of this request between two of them
+                    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        results[tasks.pop(task)] = task.result()
+            return results
         except TimeoutError:
             raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
                                  limit=self.settings.request_timeout_s) from None
         finally:
-            self.loop.cancel(*(request for request, _ in submitted))  # unfinished ones, all at once
+            self.loop.cancel(*submitted)  # unfinished ones, all at once
             for task in tasks:
                 task.cancel()
 

@@ -18,7 +18,8 @@ class Settings:
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
     max_queued_requests: int = 256  # waiting sequences before new requests get 503
     max_texts: int = 64  # texts in one /v1/translate request
-    max_input_tokens: int = 256  # tokens per source text
+    max_input_tokens: int = 256  # tokens per sequence (a sentence; longer ones are cut)
+    max_document_chars: int = 100_000  # characters per text (a document cut into sentences); more is refused
     max_new_tokens: int = 256  # upper limit a request may ask for
     max_beams: int = 16
     max_body_bytes: int = 1_000_000

@@ -13,7 +13,7 @@ from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8, max_body_bytes=30000,
-                    max_batch_rows=16)
+                    max_batch_rows=16, max_document_chars=20000)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,8 @@ def error_of(response, status):
     ({"text": []}, "text", 1),
     ({"text": ["ok", 5]}, "text[1]", None),
     ({"text": "x" * 20001}, "text[0]", 20000),
-    ({"text": "hello " * 40}, "text", 32),
-    ({"text": ["fine", "hello " * 40]}, "text[1]", 32),
+    ({"text": "hello " * 40, "split_sentences": "0"}, "text", 32),  # one unit: not cut into pieces that fit
+    ({"text": ["fine", "hello " * 40], "split_sentences": "0"}, "text[1]", 32),
     ({"text": "a", "beam_size": 17}, "beam_size", 6),
     ({"text": "a", "n_best": 7}, "n_best", 6),
     ({"text": "a", "beam_size": 0}, "beam_size", 1),

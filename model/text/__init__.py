@@ -2,5 +2,9 @@
 segmentation, markup and document files."""
 
 from .detect import detect_language, detectable
+from .document import Document, prepare
+from .markup import FORMATS, MarkupError, text_content
+from .segment import SPLIT_MODES
 
-__all__ = ["detect_language", "detectable"]
+__all__ = ["FORMATS", "SPLIT_MODES", "Document", "MarkupError", "detect_language", "detectable", "prepare",
+           "text_content"]

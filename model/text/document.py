@@ -1,0 +1,54 @@
+"""A text (plain, HTML or XML) prepared for translation: the units to translate, and the text rebuilt from their
+translations.
+
+    document = prepare(text, "en", format="html", split_sentences="nonewlines", fits=lambda s: tokens(s) <= 256)
+    translations = my_model(document.units)
+    output = document.render(translations)            # alignments=[...] per unit when the model gives them
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .inline import Alignment, Mark, Run
+from .markup import FORMATS, escaper, parts
+
+
+@dataclass
+class Document:
+    parts: list[str | Run]  # str: source kept as it is
+    escape: Callable[[str], str]
+    units: list[str] = field(default_factory=list)
+
+    def render(self, translations: Sequence[str], alignments: Sequence[Alignment | None] | None = None) -> str:
+        if len(translations) != len(self.units):
+            raise ValueError(f"{len(translations)} translations for {len(self.units)} units")
+        alignments = alignments or [None] * len(translations)
+        out, position = [], 0
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            count = sum(1 for s in part.spans if s.translate)
+            rendered = part.render(translations[position:position + count], alignments[position:position + count],
+                                   self.escape)
+            out += [p.payload if isinstance(p, Mark) else p for p in rendered]
+            position += count
+        return "".join(out)
+
+
+def prepare(text: str, language: str | None, format: str = "text", split_sentences: str = "1",
+            ignore_tags: Sequence[str] = (), non_splitting_tags: Sequence[str] = (),
+            splitting_tags: Sequence[str] = (), fits: Callable[[str], bool] | None = None) -> Document:
+    """`language`: the source's ISO 639 code, for sentence rules. Raises ValueError for an unknown format or
+    split mode, and markup.MarkupError for XML that is not well-formed."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    pieces = [Run(text)] if format == "text" else parts(text, format, ignore_tags, non_splitting_tags,
+                                                         splitting_tags)
+    document = Document(pieces, escaper(format))
+    for part in pieces:
+        if isinstance(part, Run):
+            document.units += part.cut(language, split_sentences, fits)
+    return document

@@ -1,0 +1,124 @@
+"""Inline marks (tags, runs, placeholders) inside translated text: a run of text is cut into units, each unit is
+translated whole, and every mark is put back once, at the target word aligned with the source word it sat at.
+
+A word alignment is a list of (source word index, target word index) pairs for one unit (words: runs of word
+characters, and runs of punctuation). The engine does not return one yet, so `alignment=None` maps word positions
+proportionally (word i of n → word round(i·m/n) of m); a real alignment (from cross-attention) plugs into the
+same place. Either way marks are placed through a monotone map of word boundaries, so they keep their source
+order: a tag is never dropped, duplicated or crossed with another, at the price of not following reordering.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .segment import Span, segment
+
+Alignment = Sequence[tuple[int, int]]  # (source word index, target word index) pairs of one unit
+_WORD = re.compile(r"\w+|[^\w\s]+")  # words and runs of punctuation: a tag may close before a full stop
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Something to put back between words: `opens` attaches to the word after it, otherwise to the word before
+    (a closing tag)."""
+
+    offset: int  # in the run's text
+    payload: Any  # what the caller renders: a tag's source text, a document run
+    opens: bool = True
+
+
+@dataclass
+class Run:
+    """A stretch of text between two block boundaries with the marks inside it, cut into units.
+
+    `sources` gives, for each piece of `text` (offset, source text, text), what the source said: markup writes
+    `&amp;` for `&`. Text outside every unit (whitespace, separators) comes back as that source."""
+
+    text: str
+    marks: list[Mark] = field(default_factory=list)  # by offset; equal offsets in source order
+    sources: list[tuple[int, str, str]] | None = None  # None: the source is `text` itself
+    spans: list[Span] | None = None  # set by cut()
+
+    def cut(self, language: str | None, mode: str, fits: Callable[[str], bool] | None) -> list[str]:
+        self.spans = segment(self.text, language, mode, fits)
+        return [self.text[s.start:s.end] for s in self.spans if s.translate]
+
+    def render(self, translations: Sequence[str], alignments: Sequence[Alignment | None],
+               escape: Callable[[str], str] = str) -> list:
+        """The run translated: output text (translations escaped, the rest as in the source) and marks, in order."""
+        out, next_mark, translated = [], 0, iter(zip(translations, alignments))
+        for span in self.spans:
+            # a mark at a unit's edge goes with the unit; marks are sorted, so each span takes a prefix
+            first = next_mark
+            while next_mark < len(self.marks) and (self.marks[next_mark].offset <= span.end if span.translate
+                                                   else self.marks[next_mark].offset < span.end):
+                next_mark += 1
+            inside = self.marks[first:next_mark]
+            if span.translate:
+                target, alignment = next(translated)
+                placed = place(self.text[span.start:span.end], target, _shifted(inside, span.start), alignment)
+                out += [escape(p) if isinstance(p, str) else p for p in placed]
+            else:
+                out += self._kept_with_marks(span, inside)
+        return out + self.marks[next_mark:]  # marks at the very end, after the last span
+
+    def source(self, start: int, end: int) -> str:
+        """What the source said for text[start:end] (a piece cut in two gives its decoded part)."""
+        if self.sources is None:
+            return self.text[start:end]
+        out = []
+        for offset, raw, text in self.sources:
+            if offset < end and start < offset + len(text):
+                whole = start <= offset and offset + len(text) <= end
+                out.append(raw if whole else text[max(start - offset, 0):end - offset])
+        return "".join(out)
+
+    def _kept_with_marks(self, span: Span, marks: list[Mark]) -> list:
+        out, position = [], span.start
+        for mark in marks:
+            out += [self.source(position, mark.offset), mark]
+            position = mark.offset
+        return out + [self.source(position, span.end)]
+
+
+def _shifted(marks: list[Mark], start: int) -> list[Mark]:
+    return [Mark(m.offset - start, m.payload, m.opens) for m in marks]
+
+
+def boundary_map(n_source: int, n_target: int, alignment: Alignment | None) -> list[int]:
+    """Source word boundary b (before word b; n_source = the end) → target boundary, non-decreasing in b."""
+    if alignment is None:
+        return [round(b * n_target / n_source) if n_source else 0 for b in range(n_source + 1)]
+    first_target = [n_target] * (n_source + 1)  # the earliest target word aligned to a source word ≥ b
+    for s, t in alignment:
+        if 0 <= s < n_source and 0 <= t < n_target:
+            first_target[s] = min(first_target[s], t)
+    for b in range(n_source - 1, -1, -1):
+        first_target[b] = min(first_target[b], first_target[b + 1])
+    first_target[0] = 0
+    return first_target
+
+
+def place(source: str, target: str, marks: list[Mark], alignment: Alignment | None = None) -> list:
+    """`target` with `marks` (offsets in `source`) put between its words: a sequence of str and Mark."""
+    if not marks:
+        return [target] if target else []
+    source_starts = [m.start() for m in _WORD.finditer(source)]
+    words = list(_WORD.finditer(target))
+    mapped = boundary_map(len(source_starts), len(words), alignment)
+    out, position = [], 0
+    for mark in marks:
+        boundary = mapped[sum(1 for s in source_starts if s < mark.offset)]
+        if mark.opens:
+            at = words[boundary].start() if boundary < len(words) else len(target)
+        else:
+            at = words[boundary - 1].end() if boundary > 0 else 0
+        at = max(at, position)  # never before an earlier mark: source order is kept
+        if at > position:
+            out.append(target[position:at])
+        out.append(mark)
+        position = at
+    return out + ([target[position:]] if position < len(target) else [])
