@@ -20,6 +20,9 @@ class DecodeOptions:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    min_new_tokens: int | None = None
 
     @property
     def sampling_knobs(self) -> dict:

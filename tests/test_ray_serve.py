@@ -87,6 +87,22 @@ def main_app(serve_url):
         yield f"{serve_url}/main", handle
 
 
+def test_text_to_text_families_side_by_side(serve_url, text2text_checkpoints):
+    """T5 and BART models in one application: /v1/generate picks each by name and gives the model layer's text."""
+    from model import Translator
+
+    paths = [text2text_checkpoints["t5_v1_1"], text2text_checkpoints["bart"]]
+    with deployed("text2text", [str(p) for p in paths], max_models_per_replica=2):
+        for path in paths:
+            text = "summarize: The quick brown fox jumps over the lazy dog."
+            response = httpx.post(f"{serve_url}/text2text/v1/generate", timeout=120,
+                                  json={"model": path.name, "text": text, "max_new_tokens": 16, "num_beams": 2})
+            assert response.status_code == 200, response.text
+            assert response.json()["model"] == path.name
+            alone = Translator.from_pretrained(path).translate([text], beam_size=2, max_new_tokens=16)[0]
+            assert response.json()["text"] == alone.text
+
+
 def test_two_replicas_both_serve(main_app):
     url, handle = main_app
     results = [translate(url, text=f"one hundred and {n}", target_lang="de") for n in ("one", "two", "three")]
