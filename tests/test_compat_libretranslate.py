@@ -1,0 +1,132 @@
+"""The LibreTranslate API through a real server (python -m server --no-ray, demo model): the client packages
+unchanged, requests shaped as Mastodon, Weblate and Misskey send them, LibreTranslate's errors and CORS."""
+
+import httpx
+import pytest
+from deep_translator import LibreTranslator
+from libretranslatepy import LibreTranslateAPI
+from num2words import num2words
+from server_process import running_server
+
+from server.compat.languages import ServedLanguages, canonical, public_code
+from server.domain import LanguageInfo, ModelInfo
+
+MAX_CHARS = 400
+
+
+def words(n: int, lang: str = "en") -> str:
+    return num2words(n, lang=lang)
+
+
+@pytest.fixture(scope="module")
+def url():
+    with running_server("--no-ray", "--max-request-chars", str(MAX_CHARS), "--max-body-bytes", "20000") as server:
+        yield server.url
+
+
+def test_libretranslatepy_translate_languages_detect(url):
+    client = LibreTranslateAPI(url)  # form-encoded POSTs; /languages as a GET with a form body
+    assert client.translate(words(42), "en", "de") == words(42, "de")
+    assert client.translate(words(365), "auto", "it") == words(365, "it")
+    languages = {entry["code"]: entry for entry in client.languages()}
+    assert languages["en"] == {"code": "en", "name": "English", "targets": ["de", "fr", "es", "it"]}
+    assert set(languages) == {"en", "de", "fr", "es", "it"}
+    assert client.detect(words(2024)) == [{"confidence": 100.0, "language": "en"}]
+
+
+def test_deep_translator_sends_everything_in_the_query_string(url):
+    translator = LibreTranslator(source="en", target="fr", api_key="any key", custom_url=url + "/")
+    assert translator.translate(words(101)) == words(101, "fr")
+    assert translator.translate_batch([words(7), words(18)]) == [words(7, "fr"), words(18, "fr")]
+
+
+def test_mastodon_json_list_auto_html(url):
+    texts = [words(42), words(999), words(7)]
+    r = httpx.post(f"{url}/translate", json={"q": texts, "source": "auto", "target": "es", "format": "html",
+                                             "api_key": ""})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["translatedText"] == [words(n, "es") for n in (42, 999, 7)]
+    assert [d["language"] for d in body["detectedLanguage"]] == ["en"] * 3  # one per item
+    assert all(0 < d["confidence"] <= 100 for d in body["detectedLanguage"])
+
+
+def test_weblate_json_list_with_source(url):
+    r = httpx.post(f"{url}/translate", json={"api_key": "", "q": [words(18), words(2024)], "source": "en",
+                                             "target": "de"})
+    assert r.json() == {"translatedText": [words(18, "de"), words(2024, "de")]}  # no detectedLanguage
+    assert [entry["code"] for entry in httpx.get(f"{url}/languages").json()][0] == "en"
+
+
+def test_misskey_single_text_auto_empty_key(url):
+    r = httpx.post(f"{url}/translate", json={"q": words(365), "source": "auto", "target": "fr", "format": "text",
+                                             "api_key": ""})
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == words(365, "fr")
+    assert r.json()["detectedLanguage"] == {"confidence": 100.0, "language": "en"}
+
+
+def test_alternatives_come_from_n_best(url):
+    r = httpx.post(f"{url}/translate", json={"q": words(42), "source": "en", "target": "it", "alternatives": 2})
+    body = r.json()
+    assert body["translatedText"] == words(42, "it")
+    assert len(body["alternatives"]) == 2 and words(42, "it") not in body["alternatives"]
+    listed = httpx.post(f"{url}/translate", json={"q": [words(7)], "source": "en", "target": "it",
+                                                  "alternatives": 1}).json()
+    assert len(listed["alternatives"]) == 1 and len(listed["alternatives"][0]) == 1
+
+
+def test_frontend_settings_and_health(url):
+    settings = httpx.get(f"{url}/frontend/settings").json()
+    assert settings["charLimit"] == MAX_CHARS and settings["keyRequired"] is False
+    assert settings["language"]["target"]["code"] in ("de", "fr", "es", "it")
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("request_kwargs, message", [
+    (dict(json={"source": "en", "target": "de"}), "Invalid request: missing q parameter"),
+    (dict(data={"q": words(7), "target": "de"}), "Invalid request: missing source parameter"),
+    (dict(json={"q": words(7), "source": "en", "target": "xx"}), "xx is not supported"),
+    (dict(json={"q": words(7), "source": "ja", "target": "de"}), "ja is not supported"),
+    (dict(content=b"[1, 2]", headers={"content-type": "application/json"}), "Invalid JSON format"),
+    (dict(content=b"{", headers={"content-type": "application/json"}), "Invalid JSON format"),
+    (dict(json={"q": ["x" * 300, "y" * 200], "source": "en", "target": "de"}),
+     f"Invalid request: request (500) exceeds text limit ({MAX_CHARS})"),
+])
+def test_errors_are_400_with_libretranslates_messages(url, request_kwargs, message):
+    r = httpx.post(f"{url}/translate", **request_kwargs)
+    assert (r.status_code, r.json()) == (400, {"error": message})
+
+
+def test_body_too_large_and_invalid_utf8_in_libretranslates_shape(url):
+    r = httpx.post(f"{url}/translate", data={"q": "x" * 30_000, "source": "en", "target": "de"})
+    assert r.status_code == 413 and set(r.json()) == {"error"}
+    r = httpx.post(f"{url}/detect", content=b"q=\xff", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+
+
+def test_cors_as_libretranslate_sends_it(url):
+    assert httpx.get(f"{url}/languages").headers["access-control-allow-origin"] == "*"
+    preflight = httpx.options(f"{url}/translate", headers={"Origin": "https://example.org",
+                                                           "Access-Control-Request-Method": "POST",
+                                                           "Access-Control-Request-Headers": "content-type"})
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
+    assert "access-control-allow-origin" not in httpx.get(f"{url}/v1/models").headers  # native API unchanged
+
+
+def info(sources: list[tuple[str, str]], targets: list[tuple[str, str]]) -> ModelInfo:
+    return ModelInfo(id="m", family="m2m_100", source_languages=tuple(LanguageInfo(*s) for s in sources),
+                     target_languages=tuple(LanguageInfo(*t) for t in targets), default_beam_size=1, max_texts=8,
+                     max_input_tokens=8, max_new_tokens=8, max_beams=1)
+
+
+def test_libretranslate_codes_old_and_new_any_case():
+    nllb_like = [("eng_Latn", "en"), ("zho_Hans", "zh"), ("zho_Hant", "zh"), ("por_Latn", "pt")]
+    served = ServedLanguages((info(nllb_like, nllb_like),))
+    assert served.targets == ["en", "zh-Hans", "zh-Hant", "pt"]
+    assert served.targets_of("en") == ["zh-Hans", "zh-Hant", "pt"]
+    for code in ("zh-Hans", "ZH-HANT", "zh", "zt", "ZT", "pt-BR", "pb", "PB", "pt", "EN"):
+        assert served.supports(code, "target"), code
+    assert not served.supports("de", "target")
+    assert canonical("zt") == "zh-Hant" and canonical("PB") == "pt-BR" and canonical("zh") == "zh-Hans"
+    assert public_code(LanguageInfo("pt_BR", "pt")) == "pt-BR" and public_code(LanguageInfo("zh", "zh")) == "zh-Hans"

@@ -1,0 +1,121 @@
+"""Keys, per-key rate limits and character quotas: the counter on a fake clock, and one set shared by the native,
+LibreTranslate and DeepL APIs (in-process app, demo model), each API answering in its own shape and status."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+from server.keys import Keys, QuotaExceeded, RateLimited
+from server.local import LocalModels
+from server.registry import ModelRegistry
+from server.settings import Settings
+
+FORTY_TWO = "forty-two"  # 9 characters
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rate_limit_per_caller_per_minute_with_retry_after():
+    clock = Clock()
+    keys = Keys(Settings(api_keys=("a", "b"), rate_limit_per_minute=2), clock)
+    keys.admit("a")
+    clock.now += 20
+    keys.admit("a")
+    with pytest.raises(RateLimited) as raised:
+        keys.admit("a")
+    assert raised.value.retry_after_s == 40 and raised.value.message == "Slowdown: 2 per 1 minute"
+    keys.admit("b")  # another key has its own count
+    clock.now += 40
+    keys.admit("a")  # a new window
+
+
+def test_callers_are_keys_when_configured_else_addresses():
+    keyed = Keys(Settings(api_keys=("a",)))
+    assert (keyed.caller("a", "1.2.3.4"), keyed.caller("x", "1.2.3.4"), keyed.caller(None, "1.2.3.4")) == \
+        ("a", None, None)
+    open_ = Keys(Settings())
+    assert open_.caller("anything", "1.2.3.4") == open_.caller(None, "1.2.3.4") != open_.caller(None, "5.6.7.8")
+
+
+def test_quota_charged_refunded_on_failure_and_reported():
+    keys = Keys(Settings(api_keys=("a",), character_quota=10))
+    with keys.spending("a", 6):
+        pass
+    with pytest.raises(RuntimeError), keys.spending("a", 4):
+        raise RuntimeError("the translation failed")
+    assert keys.usage("a") == (6, 10)
+    with pytest.raises(QuotaExceeded):
+        with keys.spending("a", 5):
+            pass
+    assert Keys(Settings()).usage("anyone") == (0, None)
+
+
+@pytest.fixture
+def app_client(request):
+    settings = Settings(**request.param)
+    models = LocalModels(settings, ModelRegistry.from_paths(None))
+    with TestClient(create_app(models, settings)) as client:
+        yield client
+    models.close()
+
+
+def native(client, key):
+    return client.post("/v1/translate", json={"text": FORTY_TWO, "target_lang": "de"},
+                       headers={"Authorization": f"Bearer {key}"})
+
+
+def libretranslate(client, key):
+    return client.post("/translate", data={"q": FORTY_TWO, "source": "en", "target": "de", "api_key": key})
+
+
+def deepl(client, key):
+    return client.post("/v2/translate", json={"text": [FORTY_TWO], "target_lang": "DE"},
+                       headers={"Authorization": f"DeepL-Auth-Key {key}"})
+
+
+@pytest.mark.parametrize("app_client", [dict(api_keys=("k1",))], indirect=True)
+def test_a_wrong_key_in_each_apis_shape(app_client):
+    assert native(app_client, "nope").status_code == 401
+    assert (libretranslate(app_client, "nope").status_code, libretranslate(app_client, "nope").json()) == \
+        (403, {"error": "Invalid API key"})
+    r = app_client.post("/translate", json={"q": FORTY_TWO, "source": "en", "target": "de", "api_key": ""})
+    assert r.status_code == 403  # an empty key is no key
+    assert deepl(app_client, "nope").status_code == 403 and set(deepl(app_client, "nope").json()) == {"message"}
+    assert [call(app_client, "k1").status_code for call in (native, libretranslate, deepl)] == [200, 200, 200]
+
+
+@pytest.mark.parametrize("app_client", [dict(api_keys=("k1", "k2"), rate_limit_per_minute=3)], indirect=True)
+def test_one_rate_limit_across_the_three_apis(app_client):
+    assert [call(app_client, "k1").status_code for call in (native, libretranslate, deepl)] == [200, 200, 200]
+    limited = {"native": native(app_client, "k1"), "libretranslate": libretranslate(app_client, "k1"),
+               "deepl": deepl(app_client, "k1")}
+    assert {name: r.status_code for name, r in limited.items()} == dict.fromkeys(limited, 429)
+    assert all(0 < int(r.headers["retry-after"]) <= 60 for r in limited.values())
+    assert limited["libretranslate"].json() == {"error": "Slowdown: 3 per 1 minute"}
+    assert limited["deepl"].json() == {"message": "Slowdown: 3 per 1 minute"}
+    assert limited["native"].json()["error"]["code"] == "rate_limited"
+    assert deepl(app_client, "k2").status_code == 200  # per key
+    usage = app_client.get("/v2/usage", headers={"Authorization": "DeepL-Auth-Key k1"})
+    assert usage.status_code == 200  # reading usage is not work
+
+
+@pytest.mark.parametrize("app_client", [dict(api_keys=("k1",), character_quota=30)], indirect=True)
+def test_one_character_quota_across_the_three_apis(app_client):
+    assert [call(app_client, "k1").status_code for call in (native, libretranslate, deepl)] == [200, 200, 200]
+    usage = app_client.get("/v2/usage", headers={"Authorization": "DeepL-Auth-Key k1"}).json()
+    assert usage == {"character_count": 27, "character_limit": 30}
+    over = deepl(app_client, "k1")
+    assert over.status_code == 456 and set(over.json()) == {"message"}
+    assert libretranslate(app_client, "k1").status_code == 403 and "error" in libretranslate(app_client, "k1").json()
+    assert native(app_client, "k1").json()["error"]["code"] == "quota_exceeded"
+    invalid = app_client.post("/v2/translate", json={"text": ["ab"], "target_lang": "XX"},
+                              headers={"Authorization": "DeepL-Auth-Key k1"})
+    assert invalid.status_code == 400  # a failed request costs nothing: 27 + 2 still fits
+    assert app_client.post("/v2/translate", json={"text": ["ab"], "target_lang": "DE"},
+                           headers={"Authorization": "DeepL-Auth-Key k1"}).status_code == 200
