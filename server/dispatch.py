@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import UnsupportedLanguage, detect_language, detectable, match_language
+from model import MarkupError, UnsupportedLanguage, detect_language, detectable, match_language, text_content
 
 from .domain import DetectedLanguage, ModelInfo, TranslatedText, TranslationJob, TranslationResult
-from .errors import InvalidRequest
+from .errors import BadBody, InvalidRequest
 
 AUTO = "auto"
 
@@ -57,6 +57,14 @@ def _ranked(text: str, languages: tuple[str, ...]) -> list[DetectedLanguage]:
     return [DetectedLanguage(lang, confidence) for lang, confidence in detect_language(text, languages)]
 
 
+def _readable(text: str, field: str, markup: str) -> str:
+    """What detection reads: the text, without its tags."""
+    try:
+        return text_content(text, markup)
+    except MarkupError as e:
+        raise BadBody(f"{field}: {e}", field=field) from None
+
+
 def detect(provider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
     """The served source languages (of the models translating into `target_lang`, if given) ranked for `text`,
     best first, confidences 0..1."""
@@ -79,8 +87,8 @@ async def translate(provider, job: TranslationJob, model: str | None = None, *,
     if len(job.texts) > max_texts:  # each group's model checks its own part; the whole list is checked here
         raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {max_texts}",
                              field=job.texts_field, limit=max_texts)
-    detected = [_ranked(text, languages)[0] if text.strip() else None
-                for text in job.texts]
+    detected = [_ranked(_readable(text, name, job.text_options.format), languages)[0] if text.strip() else None
+                for text, name in zip(job.texts, job.fields)]
     return await _translate_groups(provider, model, job, detected)
 
 

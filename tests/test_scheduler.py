@@ -159,3 +159,19 @@ def test_a_failing_delivery_cancels_only_its_own_request():
         assert sum(isinstance(o, TokenOutput) for o in got) == 50
     finally:
         loop.stop()
+
+
+def test_a_short_request_takes_the_first_row_a_long_document_frees():
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_queued=100)
+    document = [SeqRequest([1, 2, 3], SimpleNamespace(num_beams=1), lambda o: None) for _ in range(20)]
+    for sentence in document[1:]:
+        sentence.group = document[0].group  # one request's sentences share a group
+    scheduler.add(document)
+    assert scheduler.schedule().admit == document[:4]  # alone, the document takes every row
+    interactive = request(3)
+    scheduler.add([interactive])
+    assert scheduler.schedule().admit == []  # no row free yet
+    scheduler.update([Event(document[0].id, None, [hypothesis(2)])], now=1.0)  # one sentence finishes
+    assert scheduler.schedule().admit == [interactive]  # ahead of the document's 16 waiting sentences
+    scheduler.update([Event(document[1].id, None, [hypothesis(2)])], now=2.0)
+    assert scheduler.schedule().admit == [document[4]]  # then the document goes on, in its own order

@@ -4,8 +4,8 @@ translated whole, and every mark is put back once, at the target word aligned wi
 A word alignment is a list of (source word index, target word index) pairs for one unit (words: runs of word
 characters, and runs of punctuation). The engine does not return one yet, so `alignment=None` maps word positions
 proportionally (word i of n → word round(i·m/n) of m); a real alignment (from cross-attention) plugs into the
-same place. Either way marks are placed through a monotone map of word boundaries, so they keep their source
-order: a tag is never dropped, duplicated or crossed with another, at the price of not following reordering.
+same place. Marks keep their source order (a mark is never put before an earlier one): a tag is never dropped,
+duplicated or crossed with another; where the alignment reorders words across a tag, the tag's span shrinks.
 """
 
 from __future__ import annotations
@@ -88,35 +88,45 @@ def _shifted(marks: list[Mark], start: int) -> list[Mark]:
     return [Mark(m.offset - start, m.payload, m.opens) for m in marks]
 
 
-def boundary_map(n_source: int, n_target: int, alignment: Alignment | None) -> list[int]:
-    """Source word boundary b (before word b; n_source = the end) → target boundary, non-decreasing in b."""
+def _target_boundary(boundary: int, opens: bool, n_source: int, n_target: int,
+                     alignment: Alignment | None) -> int:
+    """Source word boundary (before source word `boundary`) → target word boundary. An opening mark goes before
+    the target of the first aligned source word at or after it, a closing one after the target of the last
+    aligned source word before it; without an alignment, proportionally."""
     if alignment is None:
-        return [round(b * n_target / n_source) if n_source else 0 for b in range(n_source + 1)]
-    first_target = [n_target] * (n_source + 1)  # the earliest target word aligned to a source word ≥ b
+        return round(boundary * n_target / n_source) if n_source else 0
+    targets: dict[int, list[int]] = {}
     for s, t in alignment:
         if 0 <= s < n_source and 0 <= t < n_target:
-            first_target[s] = min(first_target[s], t)
-    for b in range(n_source - 1, -1, -1):
-        first_target[b] = min(first_target[b], first_target[b + 1])
-    first_target[0] = 0
-    return first_target
+            targets.setdefault(s, []).append(t)
+    if opens:
+        following = [min(targets[s]) for s in range(boundary, n_source) if s in targets]
+        return following[0] if following else n_target
+    preceding = [max(targets[s]) + 1 for s in range(boundary - 1, -1, -1) if s in targets]
+    return preceding[0] if preceding else 0
 
 
 def place(source: str, target: str, marks: list[Mark], alignment: Alignment | None = None) -> list:
-    """`target` with `marks` (offsets in `source`) put between its words: a sequence of str and Mark."""
+    """`target` with `marks` (offsets in `source`) put between its words: a sequence of str and Mark. A mark
+    glued to the next source word opens before a target word; any other mark follows the previous target word
+    (and the space after it, if the source had one before the mark)."""
     if not marks:
         return [target] if target else []
     source_starts = [m.start() for m in _WORD.finditer(source)]
     words = list(_WORD.finditer(target))
-    mapped = boundary_map(len(source_starts), len(words), alignment)
     out, position = [], 0
     for mark in marks:
-        boundary = mapped[sum(1 for s in source_starts if s < mark.offset)]
-        if mark.opens:
+        glued_to_next = mark.offset < len(source) and not source[mark.offset].isspace()
+        opens = mark.opens and glued_to_next
+        boundary = _target_boundary(sum(1 for s in source_starts if s < mark.offset), opens, len(source_starts),
+                                    len(words), alignment)
+        if opens:
             at = words[boundary].start() if boundary < len(words) else len(target)
         else:
             at = words[boundary - 1].end() if boundary > 0 else 0
-        at = max(at, position)  # never before an earlier mark: source order is kept
+            spaced = mark.offset > 0 and source[mark.offset - 1].isspace()
+            at += 1 if spaced and at < len(target) and target[at].isspace() else 0
+        at = max(at, position)  # never before an earlier mark: tags keep their source order
         if at > position:
             out.append(target[position:at])
         out.append(mark)

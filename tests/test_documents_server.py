@@ -1,0 +1,81 @@
+"""Documents through the native API (in process, the demo model): a 5,000-character text keeps its paragraphs and
+lines and each sentence translates as it does alone; split_sentences "0"; HTML; documents too large."""
+
+import random
+
+import pytest
+from fastapi.testclient import TestClient
+from num2words import num2words
+
+from model import Translator
+from server.app import create_app
+from server.local import LocalModels
+from server.registry import ModelRegistry
+from server.settings import Settings
+
+SETTINGS = Settings(max_batch_rows=32, max_document_chars=8000, max_input_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def client():
+    models = LocalModels(SETTINGS, ModelRegistry.from_paths(None))
+    with TestClient(create_app(models, SETTINGS)) as c:
+        yield c
+    models.close()
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return Translator.from_pretrained()
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [num2words(rng.randint(0, 999_999)) + "." for _ in range(n)]
+
+
+def test_a_long_multi_paragraph_text_keeps_its_structure_and_each_sentence_translates_alone(client, translator):
+    # paragraphs of lines of sentences, joined by the separators chosen here; the server must find them again
+    rng, said, layout = random.Random(1), [], []
+    while sum(len(s) for s in said) + len(said) < 5000:
+        line = sentences(rng.randint(1, 3), seed=len(said))
+        said += line
+        layout.append(line)
+    separators = [rng.choice(["\n", "\n\n", "\n  \n"]) for _ in layout]
+    text = "".join(" ".join(line) + sep for line, sep in zip(layout, separators))
+    assert len(text) >= 5000
+    response = client.post("/v1/translate", json={"text": text, "target_lang": "de"})
+    assert response.status_code == 200, response.text
+    alone = iter(t.text for t in translator.translate(said, target_lang="de"))
+    expected = "".join(" ".join(next(alone) for _ in line) + sep for line, sep in zip(layout, separators))
+    assert response.json()["translations"][0]["text"] == expected
+
+
+def test_split_sentences_0_keeps_a_text_as_one_unit(client, translator):
+    text = "forty-two. seven."
+    one = client.post("/v1/translate", json={"text": text, "target_lang": "fr", "split_sentences": "0"}).json()
+    assert one["translations"][0]["text"] == translator.translate([text], target_lang="fr")[0].text
+    split = client.post("/v1/translate", json={"text": text, "target_lang": "fr"}).json()
+    assert split["usage"]["input_tokens"] > one["usage"]["input_tokens"]  # two sequences, each with its </s>
+
+
+def test_html_is_translated_around_its_tags(client, translator):
+    html = '<p class="n">forty-two</p>\n<p>one <b>hundred</b> and seven</p><script>var x = "two";</script>'
+    body = client.post("/v1/translate", json={"text": html, "target_lang": "es", "format": "html"}).json()
+    out = body["translations"][0]["text"]
+    expected = [t.text for t in translator.translate(["forty-two", "one hundred and seven"], target_lang="es")]
+    assert out.startswith(f'<p class="n">{expected[0]}</p>\n<p>')
+    assert out.count("<b>") == out.count("</b>") == 1 and out.endswith('</p><script>var x = "two";</script>')
+    assert out.replace("<b>", "").replace("</b>", "").split("<p>")[1].startswith(expected[1])
+
+
+def test_texts_over_the_document_limit_are_refused_naming_it(client):
+    response = client.post("/v1/translate", json={"text": ["ok", "x" * 8001], "target_lang": "de"})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "text[1]" and response.json()["error"]["limit"] == 8000
+
+
+def test_broken_xml_is_a_400_naming_the_text(client):
+    response = client.post("/v1/translate", json={"text": "<a>one</b>", "target_lang": "de", "format": "xml"})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "text"
+    assert "not well-formed" in response.json()["error"]["message"]
