@@ -86,6 +86,23 @@ def test_options_accepted(url):
                                           "billed_characters": len(words(18))}]}
 
 
+def test_weblate_xml_placeholders_come_back_intact(url):
+    body = {"text": [f'{words(42)} <x id="1"></x>', f"<g>{words(7)}</g>"], "target_lang": "DE",
+            "source_lang": "EN", "tag_handling": "xml", "ignore_tags": ["x"]}
+    texts = [t["text"] for t in httpx.post(f"{url}/v2/translate", json=body, headers=AUTH).json()["translations"]]
+    assert texts[0].startswith(words(42, "de")) and texts[0].endswith('<x id="1"></x>')
+    assert texts[1] == f"<g>{words(7, 'de')}</g>"
+
+
+def test_html_and_sentences(url):
+    body = {"text": [f"<p>{words(365)}<br>{words(18)}</p>"], "target_lang": "it", "tag_handling": "html"}
+    html = httpx.post(f"{url}/v2/translate", json=body, headers=AUTH).json()["translations"][0]["text"]
+    assert html == f"<p>{words(365, 'it')}<br>{words(18, 'it')}</p>"
+    form = {"text": f"{words(101)}.\n{words(7)}.", "target_lang": "it", "split_sentences": "1"}
+    one = httpx.post(f"{url}/v2/translate", data=form, headers=AUTH).json()["translations"][0]["text"]
+    assert one.splitlines() == [words(101, "it"), words(7, "it")]
+
+
 def test_languages_type_in_the_query_string_and_glossaries_off(url):
     targets = httpx.get(f"{url}/v2/languages?type=target", headers=AUTH).json()
     assert [t["language"] for t in targets] == ["DE", "FR", "ES", "IT"]

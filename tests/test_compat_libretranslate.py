@@ -41,12 +41,13 @@ def test_deep_translator_sends_everything_in_the_query_string(url):
 
 
 def test_mastodon_json_list_auto_html(url):
-    texts = [words(42), words(999), words(7)]
+    texts = [f"<p>{words(42)}</p>", f"<p>{words(999)}</p><p>{words(7)}</p>", words(18)]
     r = httpx.post(f"{url}/translate", json={"q": texts, "source": "auto", "target": "es", "format": "html",
                                              "api_key": ""})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["translatedText"] == [words(n, "es") for n in (42, 999, 7)]
+    assert body["translatedText"] == [f"<p>{words(42, 'es')}</p>", f"<p>{words(999, 'es')}</p><p>{words(7, 'es')}</p>",
+                                      words(18, "es")]
     assert [d["language"] for d in body["detectedLanguage"]] == ["en"] * 3  # one per item
     assert all(0 < d["confidence"] <= 100 for d in body["detectedLanguage"])
 
