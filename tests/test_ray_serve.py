@@ -116,6 +116,19 @@ def test_two_replicas_both_serve(main_app):
     assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
 
 
+def test_compatible_apis_answer_under_serve(main_app):
+    """LibreTranslate and DeepL routes through the Serve ingress, below its route prefix (/main)."""
+    url, _ = main_app
+    libre = httpx.post(f"{url}/translate", json={"q": ["forty-two"], "source": "auto", "target": "de"}, timeout=60)
+    assert libre.json() == {"translatedText": ["zweiundvierzig"],
+                            "detectedLanguage": [{"confidence": 100.0, "language": "en"}]}
+    deepl = httpx.post(f"{url}/v2/translate", data={"text": "seven", "target_lang": "FR"}, timeout=60,
+                       headers={"Authorization": "DeepL-Auth-Key any"})
+    assert deepl.json()["translations"][0]["text"] == "sept"
+    too_large = httpx.post(f"{url}/translate", content=b"q=" + b"x" * SETTINGS.max_body_bytes, timeout=60)
+    assert too_large.status_code == 413 and set(too_large.json()) == {"error"}
+
+
 def process_scrape(metrics_dir: Path, pid: int) -> Scrape:
     """The samples one process wrote into the multiprocess directory (one replica, not the node's sum)."""
     from prometheus_client import CollectorRegistry, generate_latest
