@@ -1,10 +1,12 @@
-"""Decoding speed: our engine vs transformers `generate` vs CTranslate2 on one random opus-mt-en-de or NLLB-600M.
+"""Decoding speed: our engine vs transformers `generate` vs CTranslate2 on one random opus-mt-en-de, NLLB-600M
+or flan-T5-base.
 
-The random model has the shape of opus-mt-en-de (default) or NLLB-200-distilled-600M (`--shape nllb-600m`).
+The random model has the shape of opus-mt-en-de (default), NLLB-200-distilled-600M (`--shape nllb-600m`) or
+flan-T5-base (`--shape flan-t5-base`).
 
     pip install -e ".[bench]"
-    python -m loadtests.bench_engine [--shape opus-mt-en-de|nllb-600m] [--batches 1,8,32] [--beams 1,4]
-                                     [--out runs/bench]
+    python -m loadtests.bench_engine [--shape opus-mt-en-de|nllb-600m|flan-t5-base] [--batches 1,8,32]
+                                     [--beams 1,4] [--out runs/bench]
 
 Builds a random checkpoint in the Hugging Face layout of the chosen model, converts it with CTranslate2's
 converter, and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated
@@ -16,6 +18,9 @@ tokens per sequence (min = max new tokens, forced </s> off, <pad> banned), so ev
   random signs), with an NLLB tokenizer.json (synthetic pieces, the 202 language codes at their real ids); the
   source is eng_Latn + 22 random pieces + </s> and the first generated token is forced to fra_Latn in every
   engine (one of the 32).
+- flan-t5-base: T5 v1.1 as flan-T5-base, vocab 32,128, d_model 768, 12+12 layers, 12 heads of 64, FFN 2,048
+  gated-GELU, RMSNorm, relative attention bias, untied output head (248M parameters), with a T5 tokenizer.json
+  (a Unigram over synthetic pieces and the 100 sentinels); the source is 23 random ids + </s>.
 Each engine runs in its own process, one after the other: CTranslate2's OpenMP threads keep spinning for a
 while after each call, and in one process they slowed every engine measured after them by up to 2×.
 Prints a markdown table of generated tokens/s, per-batch latency (median of timed runs after warm-ups), the
@@ -48,6 +53,9 @@ NLLB_600M = dict(vocab_size=256206, d_model=1024, encoder_layers=12, decoder_lay
                  decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, activation_function="relu",
                  scale_embedding=True, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                  decoder_start_token_id=2, init_std=0.02)
+FLAN_T5_BASE = dict(vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_heads=12,
+                    feed_forward_proj="gated-gelu", dropout_rate=0.0, pad_token_id=0, eos_token_id=1,
+                    decoder_start_token_id=0)
 NLLB_PIECES = 256001  # <s> <pad> </s> <unk>, then SentencePiece pieces up to id 256000; language codes follow
 NLLB_SOURCE_LANG, NLLB_TARGET_LANG = "eng_Latn", "fra_Latn"
 
@@ -132,6 +140,40 @@ def build_nllb_checkpoint(path: Path) -> Path:
     return path
 
 
+def build_t5_checkpoint(path: Path) -> Path:
+    """A random flan-T5-base-shaped checkpoint laid out as the Hub's (config.json with tie_word_embeddings false
+    and an lm_head.weight; transformers 5 would save it tied) with a T5 tokenizer.json and tokenizer_config.json
+    (what CTranslate2's converter loads)."""
+    from safetensors.torch import load_file, save_file
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration
+
+    if (path / "config.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    sentinels = [f"<extra_id_{i}>" for i in reversed(range(100))]  # <extra_id_0> is the last id
+    pieces = ["<pad>", "</s>", "<unk>"] + [f"▁w{i}" for i in range(FLAN_T5_BASE["vocab_size"] - 103)] + sentinels
+    tokenizer = Tokenizer(models.Unigram([(p, -float(i)) for i, p in enumerate(pieces)], unk_id=2))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in pieces[:3] + sentinels])
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(dict(
+        tokenizer_class="T5Tokenizer", eos_token="</s>", unk_token="<unk>", pad_token="<pad>", extra_ids=100,
+        model_max_length=512)))
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(T5Config(**FLAN_T5_BASE)).float()
+    model.generation_config = GenerationConfig(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    model.save_pretrained(path)
+    weights = load_file(str(path / "model.safetensors"))
+    weights["lm_head.weight"] = torch.randn(weights["shared.weight"].shape, generator=torch.Generator().manual_seed(1))
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    config.pop("scale_decoder_outputs", None)
+    (path / "config.json").write_text(json.dumps(config | {"tie_word_embeddings": False}))
+    return path
+
+
 @dataclass(frozen=True)
 class Shape:
     directory: str  # under --out
@@ -151,6 +193,8 @@ SHAPES = {
     "nllb-600m": Shape("nllb-600m-shape", build_nllb_checkpoint, "M2M100ForConditionalGeneration",
                        NLLB_600M["vocab_size"], "1,8", "1,4", "transformers,ct2-float32,ours",
                        NLLB_SOURCE_LANG, NLLB_TARGET_LANG),
+    "flan-t5-base": Shape("flan-t5-base-shape", build_t5_checkpoint, "T5ForConditionalGeneration",
+                          FLAN_T5_BASE["vocab_size"], "1,8,32", "1,4", "transformers,ct2-float32,ours"),
 }
 
 
@@ -178,7 +222,7 @@ class Workload:
 
     def source(self, batch: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(batch)
-        if self.source_lang_id is None:  # Marian: </s> is 0, <pad> the last id
+        if self.source_lang_id is None:  # random ids past Marian's </s> (0) and T5's <pad>, </s> (0, 1), then </s>
             src = torch.randint(2, self.shape.vocab_size - 1, (batch, SOURCE_TOKENS), generator=g)
             src[:, -1] = self.eos
             return src
