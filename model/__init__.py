@@ -13,12 +13,13 @@ from .config import GenerationDefaults
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
-from .text import FORMATS, SPLIT_MODES, Document, MarkupError, detect_language, detectable, prepare, text_content
+from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, FileError, MarkupError, detect_language, detectable,
+                   prepare, read_file, text_content)
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
-__all__ = ["FORMATS", "SPLIT_MODES", "BatchDecoder", "CheckpointError", "DecodeParams", "Document",
-           "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle", "ModelConfig", "Seq2SeqTransformer",
+__all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "BatchDecoder", "CheckpointError", "DecodeParams", "Document",
+           "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle", "ModelConfig", "Seq2SeqTransformer",
            "Source", "StepEvent", "Translation", "Translator", "UnsupportedLanguage", "demo_model_dir",
            "detect_language", "detectable", "iso_code", "load", "match_language", "new_tokens_within", "prepare",
-           "text_content"]
+           "read_file", "text_content"]

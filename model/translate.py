@@ -2,6 +2,10 @@
 
     python -m model.translate [--model DIR] [--source-lang XX] [--target-lang XX] [--beam-size N]
                               [--input FILE] [--output FILE]
+    python -m model.translate --input in.docx --output out.docx      # .html, .srt, .docx: the whole document
+
+A .txt file or stdin goes line by line; an .html, .srt or .docx input (the kind from its extension) is translated
+as a document: sentences, markup and run formatting kept (see model/text), written to --output.
 
 Every supported family (Marian, M2M100, NLLB-200, mBART-50); language codes may be the model's own
 (fra_Latn, fr_XX, >>fra<<) or ISO 639-1 / 639-3 (fr, fra).
@@ -11,12 +15,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
 from .bundle import CHOICES
 from .errors import CheckpointError
+from .languages import iso_code
+from .text import read_file, translate_texts
 from .translator import Translator
+
+DOCUMENT_SUFFIXES = (".html", ".htm", ".srt", ".docx")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                 normalize_punctuation=args.normalize_punctuation)
+        suffix = Path(args.input or "").suffix.lower()
+        if suffix in DOCUMENT_SUFFIXES:
+            return translate_document(translator, args, suffix)
         if args.input:
             with open(args.input, encoding="utf-8") as f:
                 lines = f.read().splitlines()
@@ -59,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             length_penalty=args.length_penalty, batch_size=args.batch_size, progress=bar.update)
         bar.close()
-    except (CheckpointError, ValueError, OSError) as e:
+    except (CheckpointError, ValueError, OSError) as e:  # FileError, MarkupError are ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return 1
     text = "".join(t.text + "\n" for t in translations)
@@ -68,6 +80,28 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def translate_document(translator: Translator, args: argparse.Namespace, suffix: str) -> int:
+    """--input FILE (.html, .srt, .docx) → --output FILE of the same kind."""
+    if not args.output:
+        print("error: a document input needs --output", file=sys.stderr)
+        return 2
+    parsed = read_file(Path(args.input).read_bytes(), suffix)
+    source_lang, target_lang = translator.bundle.resolve_languages(args.source_lang, args.target_lang)
+
+    def translate(units: list[str]) -> list[str]:
+        return [t.text for t in translator.translate(units, source_lang=source_lang, target_lang=target_lang,
+                                                     beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                                                     length_penalty=args.length_penalty, batch_size=args.batch_size)]
+
+    limit = translator.bundle.max_positions
+    texts = translate_texts(parsed.texts, iso_code(source_lang) if source_lang else None, translate,
+                            fits=lambda s: len(translator.bundle.source(s, source_lang, target_lang).ids) <= limit,
+                            format=parsed.format, non_splitting_tags=parsed.non_splitting_tags,
+                            split_sentences="1" if parsed.format == "text" else "nonewlines")
+    Path(args.output).write_bytes(parsed.write(texts))
     return 0
 
 

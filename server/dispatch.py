@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import MarkupError, UnsupportedLanguage, detect_language, detectable, match_language, text_content
+from model import (FileError, MarkupError, UnsupportedLanguage, detect_language, detectable, match_language, read_file,
+                   text_content)
 
-from .domain import DetectedLanguage, ModelInfo, TranslatedText, TranslationJob, TranslationResult
+from .domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
 from .errors import BadBody, InvalidRequest
 
 AUTO = "auto"
@@ -126,3 +127,25 @@ async def _translate_groups(provider, model: str | None, job: TranslationJob,
                              target_lang=results[0].target_lang,
                              input_tokens=sum(r.input_tokens for r in results),
                              output_tokens=sum(r.output_tokens for r in results))
+
+
+async def translate_file(provider, data: bytes, suffix: str, source_lang: str | None, target_lang: str | None,
+                         model: str | None = None) -> bytes:
+    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind. Its texts
+    (cues, paragraphs) go as jobs of at most the models' max_texts each, concurrently. A damaged or unsupported
+    file is a 400 naming the problem."""
+    try:
+        parsed = read_file(data, suffix)
+    except (FileError, MarkupError) as e:
+        raise BadBody(str(e), field="file") from None
+    if not parsed.texts:
+        return parsed.write([])
+    options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
+                          non_splitting_tags=parsed.non_splitting_tags)
+    size = min(info.max_texts for info in provider.models())
+    chunks = [range(start, min(start + size, len(parsed.texts))) for start in range(0, len(parsed.texts), size)]
+    jobs = [TranslationJob(texts=tuple(parsed.texts[i] for i in chunk), fields=tuple(f"file[{i}]" for i in chunk),
+                           source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
+            for chunk in chunks]
+    results = await asyncio.gather(*(translate(provider, job, model, detect_missing=False) for job in jobs))
+    return parsed.write([t.text for result in results for t in result.texts])

@@ -4,13 +4,17 @@
 # FastAPI must see them as objects, not as names to resolve.
 from typing import Callable
 
+from pathlib import PurePath
+from urllib.parse import quote
+
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import StreamingResponse
+from starlette.datastructures import UploadFile
+from fastapi.responses import Response, StreamingResponse
 
 from . import dispatch
 from .domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                      TranslationResult)
-from .errors import ServerError
+from .errors import InvalidRequest, ServerError
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
 from .settings import Settings
@@ -64,6 +68,20 @@ def model_card(info: ModelInfo) -> ModelCard:
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams))
 
 
+FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary", "description": ".txt, .html, .srt or .docx"},
+                   "source_lang": {"type": "string", "maxLength": 32}, "target_lang": {"type": "string", "maxLength": 32},
+                   "model": {"type": "string", "maxLength": 200}}}}}}}
+
+
+def _form_text(form, name: str, max_length: int = 200) -> str | None:
+    value = form.get(name)
+    if value is not None and (not isinstance(value, str) or len(value) > max_length):
+        raise InvalidRequest(f"{name}: a text of at most {max_length} characters", field=name, limit=max_length)
+    return value or None
+
+
 def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Settings) -> None:
     """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware)."""
     router = app.router
@@ -75,6 +93,26 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Set
         async def work():
             result = await dispatch.translate(provider, translation_job(body), body.model, detect_missing=False)
             return translate_response(result, body.return_scores)
+
+        return await until_disconnect(request, work())
+
+    @router.post("/v1/translate/file", **guarded, response_class=Response, openapi_extra=FILE_FORM,
+                 responses={200: {"content": {"application/octet-stream": {}}}})
+    async def translate_file(request: Request):
+        """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
+        # the form is read here, after the guard: the key check has read (and cached) the body already
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest("file: a multipart file field is required", field="file")
+        fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
+        name = PurePath(upload.filename or "file")
+
+        async def work():
+            translated = await dispatch.translate_file(provider, await upload.read(), name.suffix, **fields)
+            download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
+            return Response(translated, media_type=upload.content_type or "application/octet-stream",
+                            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
 
         return await until_disconnect(request, work())
 

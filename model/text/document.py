@@ -52,3 +52,12 @@ def prepare(text: str, language: str | None, format: str = "text", split_sentenc
         if isinstance(part, Run):
             document.units += part.cut(language, split_sentences, fits)
     return document
+
+
+def translate_texts(texts: Sequence[str], language: str | None, translate: Callable[[list[str]], list[str]],
+                    fits: Callable[[str], bool] | None = None, **options) -> list[str]:
+    """Texts translated through their units in one call of `translate` (units in, translations out, in order);
+    `options` as for prepare()."""
+    documents = [prepare(text, language, fits=fits, **options) for text in texts]
+    translations = iter(translate([unit for document in documents for unit in document.units]))
+    return [document.render([next(translations) for _ in document.units]) for document in documents]

@@ -1,0 +1,128 @@
+"""Document files → texts to translate (with their format), and the file rebuilt from the translated texts.
+
+    parsed = read_file(data, ".docx")
+    output = parsed.write(translate(parsed.texts, parsed.format, parsed.non_splitting_tags))
+
+`.txt` is one plain text; `.html`/`.htm` one HTML text; `.srt` one plain text per cue (cue numbers and timings are
+not translated); `.docx` one text per paragraph, its runs written as inline `<r i="n">` elements of an XML
+fragment, so a sentence spanning runs is translated whole and each run keeps its formatting and gets the words
+aligned with its own (python-docx reads and writes the file).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass
+from typing import Callable
+from xml.sax.saxutils import escape
+
+from .markup import pieces
+
+SUFFIXES = (".txt", ".html", ".htm", ".srt", ".docx")
+_RUN = "r"
+
+
+class FileError(ValueError):
+    """A file that is damaged or of a kind not supported."""
+
+
+@dataclass
+class ParsedFile:
+    texts: list[str]
+    format: str  # how the texts are to be read: "text", "html", "xml"
+    write: Callable[[list[str]], bytes]  # translated texts → the translated file
+    non_splitting_tags: tuple[str, ...] = ()
+
+
+def read_file(data: bytes, suffix: str) -> ParsedFile:
+    suffix = suffix.lower()
+    if suffix not in SUFFIXES:
+        raise FileError(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(SUFFIXES)}")
+    if suffix == ".docx":
+        return _docx(data)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise FileError(f"the {suffix} file is not UTF-8 text (byte {e.start})") from None
+    if suffix == ".srt":
+        return _srt(text)
+    return ParsedFile([text], "text" if suffix == ".txt" else "html", lambda out: out[0].encode("utf-8"))
+
+
+def _srt(text: str) -> ParsedFile:
+    """Cues are separated by blank lines; in each, the lines after the number and the timing are the text."""
+    lines = text.splitlines(keepends=True)
+    cues, i = [], 0  # (first text line, end line) per cue
+    while i < len(lines):
+        if not lines[i].strip():
+            i += 1
+            continue
+        if i + 1 >= len(lines) or "-->" not in lines[i + 1]:
+            raise FileError(f"not a valid .srt file: line {i + 2} should be a cue timing (00:00:01,000 --> ...)")
+        end = i + 2
+        while end < len(lines) and lines[end].strip():
+            end += 1
+        cues.append((i + 2, end))
+        i = end
+
+    def cue_text(start: int, end: int) -> str:
+        return "".join(lines[start:end]).rstrip("\r\n")
+
+    def write(translations: list[str]) -> bytes:
+        out, position = [], 0
+        for (start, end), translated in zip(cues, translations):
+            original = "".join(lines[start:end])
+            out += lines[position:start] + [translated + original[len(original.rstrip("\r\n")):]]
+            position = end
+        return "".join(out + lines[position:]).encode("utf-8")
+
+    return ParsedFile([cue_text(s, e) for s, e in cues], "text", write)
+
+
+def _docx(data: bytes) -> ParsedFile:
+    import docx  # python-docx: only this format needs it
+    from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise FileError(f"not a valid .docx file: {e}") from None
+    paragraphs = [p for p in _paragraphs(document) if p.runs]
+    texts = ["".join(f'<{_RUN} i="{i}">{escape(run.text)}</{_RUN}>' for i, run in enumerate(p.runs))
+             for p in paragraphs]
+
+    def write(translations: list[str]) -> bytes:
+        for paragraph, translated in zip(paragraphs, translations):
+            for run, text in zip(paragraph.runs, _run_texts(translated, len(paragraph.runs))):
+                run.text = text
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    return ParsedFile(texts, "xml", write, non_splitting_tags=(_RUN,))
+
+
+def _paragraphs(document):
+    """Body paragraphs, then those in table cells (each cell once, though merged cells repeat)."""
+    yield from document.paragraphs
+    seen = set()
+    for table in document.tables:
+        for row in table.rows:
+            for cell in row.cells:
+                if id(cell._tc) not in seen:
+                    seen.add(id(cell._tc))
+                    yield from cell.paragraphs
+
+
+def _run_texts(fragment: str, count: int) -> list[str]:
+    """The text inside each run element of a translated paragraph; the elements come back once each and in
+    order (inline marks keep their order), text outside them joins the run before."""
+    texts, current = [""] * count, 0
+    opened = 0
+    for piece in pieces(fragment, "xml"):
+        if piece.kind == "open" and piece.tag == _RUN:
+            current, opened = min(opened, count - 1), opened + 1
+        elif piece.kind == "text":
+            texts[current] += piece.text
+    return texts
