@@ -31,6 +31,8 @@ class Settings:
     rate_limit_per_minute: int = 0  # work requests per API key (per client address without keys); 0 = none
     character_quota: int = 0  # characters translated per API key (per address without keys); 0 = none
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
+    max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
+    download_ttl_s: float = 600.0  # how long a translated file stays there
 
     @property
     def beam_limit(self) -> int:

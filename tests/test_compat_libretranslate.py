@@ -1,6 +1,9 @@
 """The LibreTranslate API through a real server (python -m server --no-ray, demo model): the client packages
 unchanged, requests shaped as Mastodon, Weblate and Misskey send them, LibreTranslate's errors and CORS."""
 
+import io
+
+import docx
 import httpx
 import pytest
 from deep_translator import LibreTranslator
@@ -8,6 +11,7 @@ from libretranslatepy import LibreTranslateAPI
 from num2words import num2words
 from server_process import running_server
 
+from server.compat.downloads import Downloads
 from server.compat.languages import ServedLanguages, canonical, public_code
 from server.domain import LanguageInfo, ModelInfo
 
@@ -20,7 +24,7 @@ def words(n: int, lang: str = "en") -> str:
 
 @pytest.fixture(scope="module")
 def url():
-    with running_server("--no-ray", "--max-request-chars", str(MAX_CHARS), "--max-body-bytes", "20000") as server:
+    with running_server("--no-ray", "--max-request-chars", str(MAX_CHARS), "--max-body-bytes", "100000") as server:
         yield server.url
 
 
@@ -84,6 +88,51 @@ def test_frontend_settings_and_health(url):
     assert httpx.get(f"{url}/health").json() == {"status": "ok"}
 
 
+def test_translate_file_then_download_it(url):
+    r = httpx.post(f"{url}/translate_file", data={"source": "en", "target": "de"},
+                   files={"file": ("numbers.txt", f"{words(42)}\n{words(7)}\n".encode(), "text/plain")})
+    file_url = r.json()["translatedFileUrl"]
+    assert file_url.startswith(f"{url}/download_file/") and file_url.endswith(".numbers.txt")
+    download = httpx.get(file_url)
+    assert download.text == f"{words(42, 'de')}\n{words(7, 'de')}\n"
+    assert "numbers.txt" in download.headers["content-disposition"]
+
+
+def test_translate_a_docx_file_keeps_run_formatting(url):
+    document = docx.Document()
+    document.add_paragraph(words(365))
+    document.add_paragraph().add_run(words(18)).bold = True
+    data = io.BytesIO()
+    document.save(data)
+    r = httpx.post(f"{url}/translate_file", data={"source": "auto", "target": "fr"},
+                   files={"file": ("report.docx", data.getvalue())})
+    translated = docx.Document(io.BytesIO(httpx.get(r.json()["translatedFileUrl"]).content))
+    assert [p.text for p in translated.paragraphs] == [words(365, "fr"), words(18, "fr")]
+    assert translated.paragraphs[1].runs[0].bold
+
+
+@pytest.mark.parametrize("files, status, message", [
+    ({"file": ("scan.pdf", b"%PDF-1.4")}, 400, "Invalid request: file format not supported"),
+    (None, 400, "Invalid request: missing file parameter"),
+])
+def test_file_errors(url, files, status, message):
+    r = httpx.post(f"{url}/translate_file", data={"source": "en", "target": "de"}, files=files)
+    assert (r.status_code, r.json()) == (status, {"error": message})
+    missing = httpx.get(f"{url}/download_file/0123.nothing.txt")
+    assert missing.status_code == 404 and set(missing.json()) == {"error"}
+
+
+def test_downloads_are_bounded_and_expire():
+    clock = type("Clock", (), {"now": 0.0, "__call__": lambda self: self.now})()
+    store = Downloads(max_files=2, ttl_s=10, clock=clock)
+    first, second = store.put("a.txt", b"a"), store.put("../b.txt", b"b")
+    assert second.endswith(".b.txt") and store.get(second).filename == "b.txt"
+    third = store.put("c.txt", b"c")  # full: the oldest goes
+    assert store.get(first) is None and store.get(third).content == b"c"
+    clock.now = 10
+    assert store.get(second) is None and store.get(third) is None
+
+
 @pytest.mark.parametrize("request_kwargs, message", [
     (dict(json={"source": "en", "target": "de"}), "Invalid request: missing q parameter"),
     (dict(data={"q": words(7), "target": "de"}), "Invalid request: missing source parameter"),
@@ -100,7 +149,7 @@ def test_errors_are_400_with_libretranslates_messages(url, request_kwargs, messa
 
 
 def test_body_too_large_and_invalid_utf8_in_libretranslates_shape(url):
-    r = httpx.post(f"{url}/translate", data={"q": "x" * 30_000, "source": "en", "target": "de"})
+    r = httpx.post(f"{url}/translate", data={"q": "x" * 120_000, "source": "en", "target": "de"})
     assert r.status_code == 413 and set(r.json()) == {"error"}
     r = httpx.post(f"{url}/detect", content=b"q=\xff", headers={"content-type": "application/x-www-form-urlencoded"})
     assert r.status_code == 400 and set(r.json()) == {"error"}

@@ -9,20 +9,25 @@ LibreTranslate allows.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Literal
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import MutableHeaders, UploadFile
 from starlette.middleware.cors import CORSMiddleware
+
+from model import SUFFIXES
 
 from .. import dispatch
 from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJob, TranslationResult
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, ServerError
 from ..keys import Keys, QuotaExceeded
 from ..settings import Settings
 from ..streaming import until_disconnect
+from .downloads import Downloads
 from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, route_path
 from .languages import ServedLanguages, canonical, language_name
 from .reading import caller_of, present, read_params, validated
@@ -51,6 +56,15 @@ class DetectForm(BaseModel):
     q: str
 
 
+class FileForm(BaseModel):
+    source: str = Field(min_length=1, max_length=32)
+    target: str = Field(min_length=1, max_length=32)
+
+
+class FileNotFound(ServerError):
+    status, code = 404, "not_found"
+
+
 class Detection(BaseModel):
     confidence: float  # 0..100
     language: str
@@ -60,6 +74,10 @@ class TranslateResponse(BaseModel):
     translatedText: str | list[str]
     detectedLanguage: Detection | list[Detection] | None = None  # only for source "auto"
     alternatives: list[str] | list[list[str]] | None = None  # only when asked for
+
+
+class FileTranslated(BaseModel):
+    translatedFileUrl: str
 
 
 class LanguageEntry(BaseModel):
@@ -119,6 +137,14 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
     def served() -> ServedLanguages:
         return ServedLanguages(tuple(provider.models()))
 
+    downloads = Downloads(settings.max_downloads, settings.download_ttl_s)
+
+    def check_languages(source: str, target: str) -> None:
+        languages = served()
+        for code, side in ((source, "source"), (target, "target")):
+            if not (side == "source" and dispatch.is_auto(code)) and not languages.supports(code, side):
+                raise InvalidRequest(f"{code} is not supported", field=side)
+
     def check_size(texts: list[str]) -> int:
         characters = sum(map(len, texts))
         if characters > settings.max_request_chars:
@@ -138,10 +164,7 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
             raise InvalidRequest(missing("q"), field="q")
         characters = check_size(texts)
         auto = dispatch.is_auto(form.source)
-        languages = served()
-        for code, side in ((form.source, "source"), (form.target, "target")):
-            if not (side == "source" and auto) and not languages.supports(code, side):
-                raise InvalidRequest(f"{code} is not supported", field=side)
+        check_languages(form.source, form.target)
         if form.alternatives >= settings.beam_limit:
             raise InvalidRequest(invalid("alternatives", f"at most {settings.beam_limit - 1}"), field="alternatives",
                                  limit=settings.beam_limit - 1)
@@ -170,6 +193,40 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
         check_size([form.q])
         return [detection(found) for found in dispatch.detect(provider, form.q)]
 
+    @route(app, "/translate_file", ["POST"], response_model=FileTranslated)
+    async def translate_file(request: Request):
+        """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it.
+        The file is charged its size in bytes against the character quota."""
+        params = await read_params(request)
+        caller = caller_of(request, keys, params.first("api_key"), INVALID_KEY, work=True)
+        upload = params.first("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest(missing("file"), field="file")
+        form = validated(FileForm, present(params, ["source", "target"]), missing, invalid)
+        check_languages(form.source, form.target)
+        filename = PurePath(upload.filename or "file")
+        if filename.suffix.lower() not in SUFFIXES:
+            raise InvalidRequest("Invalid request: file format not supported", field="file", limit=list(SUFFIXES))
+        data = await upload.read()
+        source = None if dispatch.is_auto(form.source) else canonical(form.source)
+
+        async def work():
+            with keys.spending(caller, len(data)):
+                translated = await dispatch.translate_file(provider, data, filename.suffix, source,
+                                                           canonical(form.target))
+            name = downloads.put(filename.name, translated)
+            return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")
+
+        return await until_disconnect(request, work())
+
+    @route(app, "/download_file/{name}", ["GET"])
+    async def download_file(name: str):
+        stored = downloads.get(name)
+        if stored is None:
+            raise FileNotFound(f"{name}: no such file (translated files are kept {settings.download_ttl_s:g} s)")
+        return Response(stored.content, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(stored.filename)}"})
+
     @route(app, "/languages", ["GET", "POST"], response_model=list[LanguageEntry])
     async def languages():
         languages = served()
@@ -182,8 +239,8 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
         languages = served()
         target = languages.targets[0]
         return {"charLimit": settings.max_request_chars, "frontendTimeout": 500, "apiKeys": keys.required,
-                "keyRequired": keys.required, "suggestions": False, "filesTranslation": False,
-                "supportedFilesFormat": [],
+                "keyRequired": keys.required, "suggestions": False, "filesTranslation": True,
+                "supportedFilesFormat": list(SUFFIXES),
                 "language": {"source": {"code": "auto", "name": "Auto Detect"},
                              "target": {"code": target, "name": language_name(target)}}}
 
