@@ -39,7 +39,7 @@ class Keys:
         self.clock = clock
         self.window_start = clock()
         self.requests: dict[str, int] = {}  # this window's requests per caller; cleared when a window starts
-        self.characters: dict[str, int] = {}  # characters per caller since this replica started
+        self.characters: dict[str, int] = {}  # characters per caller since this replica started (with keys or a quota)
 
     @property
     def required(self) -> bool:
@@ -72,6 +72,9 @@ class Keys:
         if self.quota and used + characters > self.quota:
             raise QuotaExceeded(f"character quota exceeded: {used} of {self.quota} used, this request has "
                                 f"{characters}", limit=self.quota)
+        if not (self.keys or self.quota):  # open and unlimited: no count to keep, one per client address
+            yield
+            return
         self.characters[caller] = used + characters
         try:
             yield

@@ -78,7 +78,7 @@ def test_urlencoded_repeated_text_and_the_legacy_auth_key(url):
 
 
 def test_options_accepted(url):
-    body = {"text": [words(18)], "target_lang": "de", "split_sentences": "nonewlines", "preserve_formatting": True,
+    body = {"text": [words(18)], "target_lang": "de", "split_sentences": 0, "preserve_formatting": True,
             "formality": "prefer_more", "context": "numbers", "model_type": "quality_optimized",
             "show_billed_characters": True}
     r = httpx.post(f"{url}/v2/translate", json=body, headers=AUTH)

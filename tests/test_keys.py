@@ -119,3 +119,10 @@ def test_one_character_quota_across_the_three_apis(app_client):
     assert invalid.status_code == 400  # a failed request costs nothing: 27 + 2 still fits
     assert app_client.post("/v2/translate", json={"text": ["ab"], "target_lang": "DE"},
                            headers={"Authorization": "DeepL-Auth-Key k1"}).status_code == 200
+
+
+def test_nothing_is_counted_for_an_open_unlimited_server():
+    keys = Keys(Settings())
+    with keys.spending(keys.caller(None, "1.2.3.4"), 100):
+        pass
+    assert keys.characters == {}

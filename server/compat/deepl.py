@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .. import dispatch
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
@@ -55,6 +55,11 @@ class TranslateForm(BaseModel):
     model_type: str | None = None
     glossary_id: str | None = None
     show_billed_characters: bool = False
+
+    @field_validator("split_sentences", mode="before")
+    @classmethod
+    def _as_text(cls, value):
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class Translation(BaseModel):

@@ -174,7 +174,8 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
             source_lang=None if auto else canonical(form.source), target_lang=canonical(form.target),
             options=DecodeOptions(num_beams=candidates if form.alternatives else None, n_best=candidates),
             texts_field="q", beams_field="alternatives",
-            text_options=TextOptions(format=form.format, split_sentences="nonewlines" if form.format == "html" else "1"))
+            text_options=TextOptions(format=form.format,
+                                     split_sentences="nonewlines" if form.format == "html" else "1"))
 
         async def work():
             with keys.spending(caller, characters):
