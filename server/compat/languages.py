@@ -8,6 +8,7 @@ tags such as `EN-GB`, `PT-BR` or `ZH-HANS` reach the model's `en`, `pt`, `zho_Ha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from langcodes import Language
 
@@ -44,8 +45,10 @@ def language_name(code: str) -> str:
     return Language.get(code).display_name()
 
 
-def _public(langs: tuple[LanguageInfo, ...]) -> list[str]:
-    return list(dict.fromkeys(code for code in map(public_code, langs) if code))
+@lru_cache(maxsize=64)
+def _public(langs: tuple[LanguageInfo, ...]) -> tuple[str, ...]:
+    """A model's languages (one side) by their public codes, computed once per model."""
+    return tuple(dict.fromkeys(code for code in map(public_code, langs) if code))
 
 
 @dataclass(frozen=True)
