@@ -64,6 +64,16 @@ class GenerationDefaults:
         )
 
 
+def config_reader(raw: dict, defaults: dict, source: str):
+    """key → config.json's value, else the family's default; a key in neither names the file."""
+    def get(key):
+        value = raw.get(key, defaults.get(key))
+        if value is None:
+            raise CheckpointError(f"{source}: missing key {key!r}")
+        return value
+    return get
+
+
 def read_json(path: Path) -> dict:
     try:
         with open(path, encoding="utf-8") as f:

@@ -9,7 +9,7 @@ several names).
 from __future__ import annotations
 
 from ..architecture import Architecture, ModelConfig, Positions
-from ..config import first_id
+from ..config import config_reader, first_id
 from ..errors import CheckpointError
 
 Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys
@@ -19,12 +19,7 @@ OUTPUT_BIAS = "lm_head.bias"  # final_logits_bias in the checkpoint
 def model_config(raw: dict, source: str, defaults: dict, architecture: Architecture,
                  shared_embeddings: bool) -> ModelConfig:
     """config.json (`raw`, read from `source`) → ModelConfig; keys it lacks take the family's `defaults`."""
-    def get(key):
-        value = raw.get(key, defaults.get(key))
-        if value is None:
-            raise CheckpointError(f"{source}: missing key {key!r}")
-        return value
-
+    get = config_reader(raw, defaults, source)
     vocab = get("vocab_size")
     pad = get("pad_token_id")
     return ModelConfig(

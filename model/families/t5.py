@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from ..architecture import Architecture, ModelConfig, Positions
+from ..config import config_reader, first_id
 from ..errors import CheckpointError
 from .base import Family, Languages, load_spm, read_tokenizer_config, special_token_pattern
 from .language_tokens import TokenizerJson
@@ -32,13 +33,7 @@ def model_config(raw: dict, source: str) -> ModelConfig:
     T5 rescales unless tie_word_embeddings is false."""
     mt5 = raw.get("model_type") == "mt5"
     defaults = DEFAULTS | (dict(feed_forward_proj="gated-gelu", vocab_size=250112) if mt5 else {})
-
-    def get(key):
-        value = raw.get(key, defaults.get(key))
-        if value is None:
-            raise CheckpointError(f"{source}: missing key {key!r}")
-        return value
-
+    get = config_reader(raw, defaults, source)
     proj = get("feed_forward_proj")
     gated, _, act = proj.rpartition("-")
     if gated not in ("", "gated"):
@@ -58,7 +53,7 @@ def model_config(raw: dict, source: str) -> ModelConfig:
         encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=get("d_ff"),
         decoder_ffn_dim=get("d_ff"), max_position_embeddings=int(raw.get("n_positions") or DEFAULTS["n_positions"]),
         shared_embeddings=True, tie_word_embeddings=tied, pad_token_id=pad,
-        eos_token_id=eos[0] if isinstance(eos, list) else eos,
+        eos_token_id=first_id(eos),
         decoder_start_token_id=raw.get("decoder_start_token_id", pad), head_dim=get("d_kv"),
         relative_buckets=get("relative_attention_num_buckets"),
         relative_max_distance=get("relative_attention_max_distance"))
