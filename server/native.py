@@ -2,19 +2,19 @@
 
 # No `from __future__ import annotations`: the routes' body types are built from the settings at run time and
 # FastAPI must see them as objects, not as names to resolve.
-from typing import Callable
-
 from pathlib import PurePath
+from typing import Callable
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
-from starlette.datastructures import UploadFile
 from fastapi.responses import Response, StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import dispatch
 from .domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                      TranslationResult)
-from .errors import InvalidRequest, ServerError
+from .errors import BadBody, InvalidRequest, ServerError
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
 from .settings import Settings
@@ -101,7 +101,10 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Set
     async def translate_file(request: Request):
         """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
         # the form is read here, after the guard: the key check has read (and cached) the body already
-        form = await request.form()
+        try:
+            form = await request.form()
+        except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
+            raise BadBody(f"the body is not a valid multipart form: {e.detail}", field="body") from None
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("file: a multipart file field is required", field="file")
