@@ -120,21 +120,24 @@ def test_hang_ups_of_non_streaming_requests_cancel_them(slow_server):
     translation = send_and_keep_open(url, "/v1/translate", long)
     try:
         # Decoding: one sequence of 8 beams fills the batch (the rows gauge follows after its first step); the
-        # other 63 wait their turn.
+        # others wait their turn (a request's texts are queued a window at a time, not all 64 at once).
         decoding = eventually(lambda: (s := Scrape.of(url)).get("s2s_running_sequences") == 1
                               and s.get("s2s_kv_cache_rows_used") == 8
                               and s.get("s2s_waiting_sequences") > 0 and s, timeout=10)
         assert decoding, "the long translation never started decoding"
 
-        # A plain generation queued behind it (first come, first served), then its client hangs up: it leaves
-        # the queue. Sequences ever queued = waiting now + admitted so far (one queue-wait observation each).
+        # A plain generation queued (no row is free), then its client hangs up: it leaves the queue. Sequences
+        # ever queued = waiting now + admitted so far (one queue-wait observation each).
         def queued(s: Scrape) -> float:
             return s.get("s2s_waiting_sequences") + s.delta(before, "s2s_queue_wait_seconds_count")
 
+        translation_queued = queued(decoding)
         generation = send_and_keep_open(url, "/v1/generate", {"text": "hello", "max_new_tokens": 250})
-        assert eventually(lambda: queued(Scrape.of(url)) == 65, timeout=10), "the generation was never queued"
+        assert eventually(lambda: queued(Scrape.of(url)) == translation_queued + 1, timeout=10), \
+            "the generation was never queued"
         generation.close()
-        assert eventually(lambda: queued(Scrape.of(url)) == 64, timeout=10), "the generation stayed queued"
+        assert eventually(lambda: queued(Scrape.of(url)) == translation_queued, timeout=10), \
+            "the generation stayed queued"
         assert metric(url, "s2s_requests_total", route="/v1/generate", status="499") == 1
         at_hang_up = Scrape.of(url)
     finally:
@@ -181,7 +184,7 @@ def test_overload_gets_503_with_retry_after_and_accepted_requests_complete(tiny_
 
 @pytest.mark.parametrize("body,status,field", [
     ({"text": ["a"] * 65}, 422, "text"),
-    ({"text": "hello " * 300}, 422, "text"),
+    ({"text": "hello " * 300, "split_sentences": "0"}, 422, "text"),  # kept whole: over max_input_tokens
     ({"text": "a", "beam_size": 40}, 422, "beam_size"),
     ({"text": "a", "target_lang": "xx"}, 422, "target_lang"),
     ({"text": "a", "model": "nope"}, 404, "model"),
