@@ -60,8 +60,9 @@ class EngineLoop:
         for ids, params in sources:
             queue: asyncio.Queue[Output] = asyncio.Queue()
             deliver = (lambda o, q=queue: loop.call_soon_threadsafe(q.put_nowait, o))
-            out.append((SeqRequest(ids, params, deliver, group=group), queue))
-            group = out[0][0].group
+            request = SeqRequest(ids, params, deliver, group=group)
+            group = request.group  # the first one's id when no group was given
+            out.append((request, queue))
         with self.lock:
             self.scheduler.add([r for r, _ in out])
             self._record_queues()

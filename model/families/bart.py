@@ -15,8 +15,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from ..architecture import Architecture, ModelConfig, Positions
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, Languages, read_tokenizer_config
-from .language_tokens import TokenizerJson
+from .base import Family, Languages, TokenizerJson, read_tokenizer_config
 
 # transformers' BartConfig defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,

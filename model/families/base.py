@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import sentencepiece
+from tokenizers import Tokenizer as HFTokenizersTokenizer
 
 from ..architecture import ModelConfig
 from ..config import read_json
@@ -66,3 +67,28 @@ def load_spm(path: Path) -> sentencepiece.SentencePieceProcessor:
 def special_token_pattern(tokens) -> re.Pattern:
     """Splits a text around special tokens (kept whole, longest first), as transformers' slow tokenizers do."""
     return re.compile("(" + "|".join(map(re.escape, sorted(tokens, key=len, reverse=True))) + ")")
+
+
+class TokenizerJson:
+    """A `tokenizers` tokenizer (tokenizer.json, or built in code), without its post-processor's special tokens."""
+
+    def __init__(self, tokenizer: HFTokenizersTokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def read(cls, path: Path) -> "TokenizerJson":
+        if not path.exists():
+            raise CheckpointError(f"{path}: file not found")
+        try:
+            return cls(HFTokenizersTokenizer.from_file(str(path)))
+        except Exception as e:  # the library raises plain Exceptions for malformed files
+            raise CheckpointError(f"{path}: cannot read the tokenizer ({str(e).splitlines()[0]})") from None
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer as HFTokenizersTokenizer
-
 from ..config import read_json
 from ..errors import CheckpointError
-from .base import Languages, load_spm, special_token_pattern
+from .base import Languages, TokenizerJson, load_spm, special_token_pattern
 
 
 class SentencePieceVocab:
@@ -58,31 +56,6 @@ class SentencePieceVocab:
             else:
                 pieces.append(token)
         return (out + self.spm.decode(pieces)).strip()
-
-
-class TokenizerJson:
-    """A `tokenizers` tokenizer (tokenizer.json, or built in code), without its post-processor's special tokens."""
-
-    def __init__(self, tokenizer: HFTokenizersTokenizer):
-        self.tokenizer = tokenizer
-
-    @classmethod
-    def read(cls, path: Path) -> "TokenizerJson":
-        if not path.exists():
-            raise CheckpointError(f"{path}: file not found")
-        try:
-            return cls(HFTokenizersTokenizer.from_file(str(path)))
-        except Exception as e:  # the library raises plain Exceptions for malformed files
-            raise CheckpointError(f"{path}: cannot read the tokenizer ({str(e).splitlines()[0]})") from None
-
-    def token_id(self, token: str) -> int | None:
-        return self.tokenizer.token_to_id(token)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def listed_language_codes(pieces: TokenizerJson, model_dir: Path, tok_config: dict) -> dict[str, int]:

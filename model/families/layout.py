@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
-from ..errors import CheckpointError
 
 Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys
 OUTPUT_BIAS = "lm_head.bias"  # final_logits_bias in the checkpoint
@@ -43,14 +42,19 @@ def model_config(raw: dict, source: str, defaults: dict, architecture: Architect
     )
 
 
+def add_parts(out: dict[str, Parts], ours: str, theirs: list[str], suffixes: tuple[str, ...]) -> None:
+    """out[ours.suffix] = the checkpoint tensors theirs[i].suffix, concatenated along dim 0, for each suffix."""
+    for suffix in suffixes:
+        out[f"{ours}.{suffix}"] = tuple((f"{t}.{suffix}",) for t in theirs)
+
+
 def key_map(config: ModelConfig) -> dict[str, Parts]:
     """Our state-dict key → the checkpoint keys it is made of."""
     arch = config.architecture
     out: dict[str, Parts] = {}
 
     def add(ours: str, theirs: list[str], suffixes=("weight", "bias")) -> None:
-        for suffix in suffixes:
-            out[f"{ours}.{suffix}"] = tuple((f"{t}.{suffix}",) for t in theirs)
+        add_parts(out, ours, theirs, suffixes)
 
     for side, n_layers in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
         for i in range(n_layers):

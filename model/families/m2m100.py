@@ -15,8 +15,8 @@ from ..architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, read_tokenizer_config
-from .language_tokens import LanguageTokenTokenizer, SentencePieceVocab, TokenizerJson, listed_language_codes
+from .base import Family, TokenizerJson, read_tokenizer_config
+from .language_tokens import LanguageTokenTokenizer, SentencePieceVocab, listed_language_codes
 
 # transformers' M2M100Config defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=128112, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,

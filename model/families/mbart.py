@@ -12,8 +12,8 @@ from pathlib import Path
 from ..architecture import Architecture, ModelConfig, Positions
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, read_tokenizer_config
-from .language_tokens import LanguageTokenTokenizer, TokenizerJson, listed_language_codes
+from .base import Family, TokenizerJson, read_tokenizer_config
+from .language_tokens import LanguageTokenTokenizer, listed_language_codes
 
 # transformers' MBartConfig defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,

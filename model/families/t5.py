@@ -17,9 +17,8 @@ from pathlib import Path
 from ..architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
 from ..errors import CheckpointError
-from .base import Family, Languages, load_spm, read_tokenizer_config, special_token_pattern
-from .language_tokens import TokenizerJson
-from .layout import Parts
+from .base import Family, Languages, TokenizerJson, load_spm, read_tokenizer_config, special_token_pattern
+from .layout import Parts, add_parts
 
 # transformers' T5Config defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
@@ -64,7 +63,7 @@ def key_map(config: ModelConfig) -> dict[str, Parts]:
     out: dict[str, Parts] = {}
 
     def add(ours: str, theirs: list[str]) -> None:
-        out[f"{ours}.weight"] = tuple((f"{t}.weight",) for t in theirs)
+        add_parts(out, ours, theirs, ("weight",))  # T5 has no biases
 
     gated = config.architecture.gated_ffn
     for side, n_layers in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
