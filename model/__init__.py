@@ -6,6 +6,7 @@
 Everything outside model/ (the server, the benchmarks) enters through the names below.
 """
 
+from .alignment import AlignmentInput, word_alignments
 from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
@@ -14,12 +15,12 @@ from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
 from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, FileError, MarkupError, detect_language, detectable,
-                   prepare, read_file, text_content)
+                   marked_units, prepare, read_file, text_content)
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
-__all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "BatchDecoder", "CheckpointError", "DecodeParams", "Document",
-           "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle", "ModelConfig", "Seq2SeqTransformer",
-           "Source", "StepEvent", "Translation", "Translator", "UnsupportedLanguage", "demo_model_dir",
-           "detect_language", "detectable", "iso_code", "load", "match_language", "new_tokens_within", "prepare",
-           "read_file", "text_content"]
+__all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
+           "Document", "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle", "ModelConfig",
+           "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator", "UnsupportedLanguage",
+           "demo_model_dir", "detect_language", "detectable", "iso_code", "load", "marked_units", "match_language",
+           "new_tokens_within", "prepare", "read_file", "text_content", "word_alignments"]

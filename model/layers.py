@@ -83,6 +83,14 @@ class CrossAttention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
         return self.out_proj(merge_heads(out))
 
+    def weights(self, x: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """softmax(QKᵀ·scale + mask) (B, H, T, S) in float32: the weights forward's SDPA applies without returning
+        them. For word alignment only; decoding never calls it. attn_mask: bool (B, 1, 1, S), True = attend."""
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, Dh)
+        scale = q.shape[-1] ** -0.5 if self.scale is None else self.scale
+        scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # (B, H, T, S)
+        return scores.masked_fill(~attn_mask, float("-inf")).softmax(-1)
+
 
 class FeedForward(nn.Module):
     """fc2(act(fc1·x)), or gated (T5 v1.1): fc1 holds W0 and W1 stacked, fc2(act(x·W0) ⊙ x·W1)."""
@@ -164,8 +172,16 @@ class DecoderLayer(Sublayers):
     def forward(self, x, self_mask, cross_k, cross_v, cross_mask):
         """Teacher-forced pass over a whole target prefix (training and the no-cache oracle); self_mask None
         means plain causal attention."""
-        attn = self.self_attn(self.self_attention_input(x), self_mask, is_causal=self_mask is None)
-        return self.post_self_attention(x, attn, cross_k, cross_v, cross_mask)
+        return self.post_self_attention(x, self._teacher_forced_self_attention(x, self_mask), cross_k, cross_v,
+                                        cross_mask)
+
+    def cross_attention_weights(self, x, self_mask, cross_k, cross_mask) -> torch.Tensor:
+        """Teacher-forced, as forward: the cross-attention weights (B, H, T, S) this layer computes on input x."""
+        x = self.leave(self.self_attn_layer_norm, x, self._teacher_forced_self_attention(x, self_mask))
+        return self.encoder_attn.weights(self.enter(self.encoder_attn_layer_norm, x), cross_k, cross_mask)
+
+    def _teacher_forced_self_attention(self, x: torch.Tensor, self_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.self_attn(self.self_attention_input(x), self_mask, is_causal=self_mask is None)
 
 
 def embed_scale(d_model: int, scale_embedding: bool) -> float:

@@ -96,6 +96,21 @@ class Seq2SeqTransformer(nn.Module):
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V) for decoder inputs tgt_ids (B, T); no cache."""
+        x, *_ = self._teacher_forced(src_ids, src_mask, tgt_ids, len(self.decoder_layers))
+        return self.logits(x)
+
+    def cross_attention(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_ids: torch.Tensor,
+                        layer: int) -> torch.Tensor:
+        """Teacher-forced, as forward: the cross-attention weights (B, H, T, S) of decoder layer `layer` (0-based),
+        computed naively beside SDPA (which returns none); the layers above it do not run."""
+        x, self_mask, memory, cross_mask = self._teacher_forced(src_ids, src_mask, tgt_ids, layer)
+        attending = self.decoder_layers[layer]
+        k, _ = attending.encoder_attn.project_memory(memory)
+        return attending.cross_attention_weights(x, self_mask, k, cross_mask)
+
+    def _teacher_forced(self, src_ids, src_mask, tgt_ids, layers: int):
+        """The decoder state (B, T, D) after the first `layers` decoder layers, with what the next layer reads:
+        the self-attention mask (None: causal), the encoder output (B, S, D) and the cross mask (B, 1, 1, S)."""
         memory = self.encode(src_ids, src_mask)
         cross_mask = src_mask[:, None, None, :]
         positions = self.decoder_positions(tgt_ids) if self.decoder_positions is not None else None
@@ -105,10 +120,10 @@ class Seq2SeqTransformer(nn.Module):
             t = tgt_ids.shape[1]
             future = torch.ones(t, t, dtype=torch.bool, device=tgt_ids.device).triu(1)
             self_mask = self.decoder_relative_bias(t).masked_fill(future, float("-inf"))
-        for layer in self.decoder_layers:
+        for layer in self.decoder_layers[:layers]:
             k, v = layer.encoder_attn.project_memory(memory)
             x = layer(x, self_mask, k, v, cross_mask)
-        return self.logits(x)
+        return x, self_mask, memory, cross_mask
 
     def new_cache(self, rows: int, max_target_len: int, max_source_len: int) -> KVCache:
         c = self.config

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .alignment import AlignmentInput, word_alignments
 from .bundle import CHOICES
 from .errors import CheckpointError
 from .languages import iso_code
@@ -89,16 +90,24 @@ def translate_document(translator: Translator, args: argparse.Namespace, suffix:
         print("error: a document input needs --output", file=sys.stderr)
         return 2
     parsed = read_file(Path(args.input).read_bytes(), suffix)
-    source_lang, target_lang = translator.bundle.resolve_languages(args.source_lang, args.target_lang)
+    bundle = translator.bundle
+    source_lang, target_lang = bundle.resolve_languages(args.source_lang, args.target_lang)
+    units, translations = [], []
 
-    def translate(units: list[str]) -> list[str]:
-        return [t.text for t in translator.translate(units, source_lang=source_lang, target_lang=target_lang,
-                                                     beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
-                                                     length_penalty=args.length_penalty, batch_size=args.batch_size)]
+    def translate(texts: list[str]) -> list[str]:
+        units[:] = texts
+        translations[:] = translator.translate(texts, source_lang=source_lang, target_lang=target_lang,
+                                               beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                                               length_penalty=args.length_penalty, batch_size=args.batch_size)
+        return [t.text for t in translations]
 
-    limit = translator.bundle.max_positions
+    def align(marked: list[int]):  # the units with inline marks (HTML tags, .docx runs) → word alignments
+        return word_alignments(bundle, [AlignmentInput(units[i], bundle.source(units[i], source_lang, target_lang).ids,
+                                                       translations[i].token_ids) for i in marked])
+
+    limit = bundle.max_positions
     texts = translate_texts(parsed.texts, iso_code(source_lang) if source_lang else None, translate,
-                            fits=lambda s: len(translator.bundle.source(s, source_lang, target_lang).ids) <= limit,
+                            fits=lambda s: len(bundle.source(s, source_lang, target_lang).ids) <= limit, align=align,
                             format=parsed.format, non_splitting_tags=parsed.non_splitting_tags,
                             split_sentences="1" if parsed.format == "text" else "nonewlines")
     Path(args.output).write_bytes(parsed.write(texts))

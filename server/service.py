@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import asdict, replace
 from typing import AsyncIterator
 
-from model import (DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source, UnsupportedLanguage,
-                   iso_code, prepare)
+from model import (AlignmentInput, DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source,
+                   UnsupportedLanguage, iso_code, marked_units, prepare, word_alignments)
 
 from .detokenize import IncrementalDetokenizer
 from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
@@ -93,8 +93,10 @@ class ModelService:
         sources = self._sources(tuple(u for d in documents for u in d.units), tuple(job.fields[i] for i in owners),
                                 source_lang, target_lang)
         finals = await self._run_all(sources, params)
-        best = iter(finals)
-        texts = [self._translated(document, [next(best) for _ in document.units]) for document in documents]
+        alignments = await self._alignments(documents, sources, finals)
+        best, aligned = iter(finals), iter(alignments)
+        texts = [self._translated(document, [next(best) for _ in document.units],
+                                  [next(aligned) for _ in document.units]) for document in documents]
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
@@ -116,10 +118,24 @@ class ModelService:
         except ValueError as e:  # an unknown format or split mode
             raise InvalidRequest(str(e), field=field) from None
 
-    def _translated(self, document: Document, hyps: list[list[Hypothesis]]) -> TranslatedText:
-        """The text rebuilt from its units' best translations; its score is their mean. Alternatives exist only
-        for a text of one unit (n-best lists of several sentences do not combine)."""
-        text = document.render([self.bundle.decode(h[0].token_ids) for h in hyps])
+    async def _alignments(self, documents: list[Document], sources: list[Source],
+                          finals: list[list[Hypothesis]]) -> list:
+        """Word alignments (cross-attention) of the units with inline marks, None for the others. A torch pass:
+        it runs in a worker thread, beside the engine's (the network's forward only reads it)."""
+        alignments = [None] * len(sources)
+        marked = marked_units(documents)
+        if marked:
+            units = [unit for document in documents for unit in document.units]
+            inputs = [AlignmentInput(units[i], sources[i].ids, finals[i][0].token_ids) for i in marked]
+            for i, alignment in zip(marked, await asyncio.to_thread(word_alignments, self.bundle, inputs)):
+                alignments[i] = alignment
+        return alignments
+
+    def _translated(self, document: Document, hyps: list[list[Hypothesis]], alignments: list) -> TranslatedText:
+        """The text rebuilt from its units' best translations, inline marks placed by their alignments; its score
+        is their mean. Alternatives exist only for a text of one unit (n-best lists of several sentences do not
+        combine)."""
+        text = document.render([self.bundle.decode(h[0].token_ids) for h in hyps], alignments)
         if not hyps:
             return TranslatedText(text=text, score=None)
         alternatives = () if len(hyps) > 1 else tuple(Candidate(self.bundle.decode(h.token_ids), h.score)

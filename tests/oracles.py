@@ -1,6 +1,9 @@
-"""The KV-cache oracle shared by every family's tests: cached decoding equals full teacher-forced re-decoding."""
+"""Oracles shared by tests: cached decoding equals full teacher-forced re-decoding (every family); the target
+words an inline tag must wrap, given a word alignment (documents)."""
 
 import torch
+
+from model.text.inline import word_spans
 
 
 def assert_cached_steps_equal_full(model, sources: list[list[int]], steps: int = 12, atol: float = 1e-4) -> None:
@@ -22,3 +25,14 @@ def assert_cached_steps_equal_full(model, sources: list[list[int]], steps: int =
             torch.testing.assert_close(cached, full, atol=atol, rtol=1e-4)
             cached[:, pad] = float("-inf")
             prefix = torch.cat([prefix, cached.argmax(-1, keepdim=True)], dim=1)
+
+
+def aligned_span(source: str, wrapped: str, target: str, alignment) -> str:
+    """The words of `target` an inline tag around the words `wrapped` of `source` must wrap: from the first to the
+    last target word the alignment gives those source words (the alignment taken as monotone)."""
+    start = source.index(wrapped)
+    inside = [i for i, (s, e) in enumerate(word_spans(source)) if start <= s and e <= start + len(wrapped)]
+    targets = sorted(t for s, t in alignment if s in inside)
+    assert targets, f"no target word aligned with {wrapped!r}: the example proves nothing"
+    words = word_spans(target)
+    return target[words[targets[0]][0]:words[targets[-1]][1]]

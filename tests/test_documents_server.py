@@ -1,13 +1,16 @@
 """Documents through the native API (in process, the demo model): a 5,000-character text keeps its paragraphs and
-lines and each sentence translates as it does alone; split_sentences "0"; HTML; documents too large."""
+lines and each sentence translates as it does alone; split_sentences "0"; HTML, inline tags around the words the
+cross-attention alignment gives; documents too large."""
 
 import random
+import re
 
 import pytest
 from fastapi.testclient import TestClient
 from num2words import num2words
+from oracles import aligned_span
 
-from model import Translator
+from model import AlignmentInput, Translator, word_alignments
 from server.app import create_app
 from server.local import LocalModels
 from server.registry import ModelRegistry
@@ -67,6 +70,20 @@ def test_html_is_translated_around_its_tags(client, translator):
     assert out.startswith(f'<p class="n">{expected[0]}</p>\n<p>')
     assert out.count("<b>") == out.count("</b>") == 1 and out.endswith('</p><script>var x = "two";</script>')
     assert out.replace("<b>", "").replace("</b>", "").split("<p>")[1].startswith(expected[1])
+
+
+def test_inline_tags_wrap_the_target_words_the_alignment_gives(client, translator):
+    html = '<p><span class="a" data-n=\'1 &amp; 2\'>one hundred</span> and <i>seven</i></p>'
+    out = client.post("/v1/translate", json={"text": html, "target_lang": "es", "format": "html"}).json()
+    out = out["translations"][0]["text"]
+    assert re.findall(r"<[^>]*>", out) == re.findall(r"<[^>]*>", html)  # each tag once, attributes byte for byte
+    unit, bundle = "one hundred and seven", translator.bundle
+    translation = translator.translate([unit], target_lang="es")[0]
+    alignment, = word_alignments(bundle, [AlignmentInput(unit, bundle.source(unit, None, "es").ids,
+                                                         translation.token_ids)])
+    assert re.sub(r"<[^>]*>", "", out) == translation.text
+    span, italic = (aligned_span(unit, words, translation.text, alignment) for words in ("one hundred", "seven"))
+    assert f"<span class=\"a\" data-n='1 &amp; 2'>{span}</span>" in out and f"<i>{italic}</i>" in out
 
 
 def test_texts_over_the_document_limit_are_refused_naming_it(client):

@@ -1,11 +1,13 @@
 """The text layer alone (no model): sentences and their separators, over-long sentences cut to fit, HTML and XML
-round trips with a stand-in translator (upper case), inline tags put back exactly once."""
+round trips with a stand-in translator (upper case), inline tags put back exactly once, alignments asked only for
+the units that hold them."""
 
 import re
 
 import pytest
 
 from model import MarkupError, prepare
+from model.text import translate_texts
 
 
 def shout(document) -> str:
@@ -71,6 +73,21 @@ def test_inline_tags_follow_the_alignment_and_are_never_lost_or_repeated():
     aligned = document.render(["Une maison rouge."], alignments=[[(0, 0), (1, 2), (2, 1), (3, 3)]])
     assert aligned == "Une maison <b>rouge</b>."  # red → rouge
     assert document.render([""]).count("<b></b>") == 1  # nothing to wrap: the tags still come back
+
+
+def test_only_units_with_inline_marks_ask_for_an_alignment():
+    html = "<p>A <b>red</b> house. No tags.</p>"
+    assert prepare(html, "en", format="html").marked_units() == [0]
+    french = {"plain": "simple", "A red house.": "Une maison rouge.", "No tags.": "Pas de balises."}
+    asked = []
+
+    def align(marked: list[int]) -> list:
+        asked.append(marked)
+        return [[(0, 0), (1, 2), (2, 1), (3, 3)]]
+
+    out = translate_texts(["plain", html], "en", lambda units: [french[u] for u in units], align=align, format="html")
+    assert asked == [[1]]  # units counted over both texts: "plain" is unit 0
+    assert out == ["simple", "<p>Une maison <b>rouge</b>. Pas de balises.</p>"]
 
 
 XML = ('<?xml version="1.0" encoding="UTF-8"?>\n<doc><title>The title.</title>'

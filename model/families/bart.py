@@ -15,7 +15,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from ..architecture import Architecture, ModelConfig, Positions
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, Languages, TokenizerJson, read_tokenizer_config
+from .base import Family, Languages, PiecesTokenizer, TokenizerJson, read_tokenizer_config
 
 # transformers' BartConfig defaults, for keys a config.json leaves out.
 DEFAULTS = dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, decoder_layers=12,
@@ -48,7 +48,7 @@ def byte_level_bpe(model_dir: Path, tok_config: dict) -> TokenizerJson:
     return TokenizerJson(tokenizer)
 
 
-class BartTokenizer:
+class BartTokenizer(PiecesTokenizer):
     def __init__(self, pieces: TokenizerJson):
         self.pieces = pieces
         self.bos_id, self.eos_id, self.pad_id = (pieces.token_id(t) for t in ("<s>", "</s>", "<pad>"))
@@ -61,9 +61,6 @@ class BartTokenizer:
 
     def forced_bos(self, target_lang: str | None) -> int | None:
         return None
-
-    def decode(self, token_ids: list[int]) -> str:
-        return self.pieces.decode(token_ids)
 
 
 def load_tokenizer(model_dir: Path) -> BartTokenizer:

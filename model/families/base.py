@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -14,6 +16,8 @@ from ..architecture import ModelConfig
 from ..config import read_json
 from ..errors import CheckpointError
 from .layout import Parts
+
+BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a SentencePiece byte-fallback piece
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: list[int]) -> str:
         """Generated ids → text, special and language tokens skipped."""
 
+    def token_bytes(self, token_ids: list[int], source: bool = False) -> list[bytes]:
+        """What each id spells, as UTF-8 (a piece that starts a word with its leading space; special and language
+        tokens as their names): how word alignment finds a token's words. `source`: ids of the source vocabulary."""
+
 
 @dataclass(frozen=True)
 class Family:
@@ -62,6 +70,20 @@ def load_spm(path: Path) -> sentencepiece.SentencePieceProcessor:
     if not path.exists():
         raise CheckpointError(f"{path}: file not found")
     return sentencepiece.SentencePieceProcessor(model_file=str(path))
+
+
+def sentencepiece_bytes(piece: str) -> bytes:
+    """A SentencePiece piece's text: ▁ is a space (a word starts there), <0xNN> one byte (byte fallback)."""
+    byte = BYTE_FALLBACK.fullmatch(piece)
+    return bytes([int(byte.group(1), 16)]) if byte else piece.replace("▁", " ").encode()
+
+
+def byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, char → byte: printable bytes stand for themselves, the others (space: Ġ)
+    for chr(256 + n) in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
 
 
 def special_token_pattern(tokens) -> re.Pattern:
@@ -92,3 +114,30 @@ class TokenizerJson:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_bytes(self, ids: list[int]) -> list[bytes]:
+        pieces = [self.tokenizer.id_to_token(i) or "" for i in ids]
+        if not self._byte_level:
+            return [sentencepiece_bytes(p) for p in pieces]
+        alphabet = self._byte_level
+        return [b"".join(bytes([alphabet[c]]) if c in alphabet else c.encode() for c in p) for p in pieces]
+
+    @cached_property
+    def _byte_level(self) -> dict[str, int] | None:
+        """The byte-level alphabet when the pieces are byte-level BPE (BART's), else None (SentencePiece's ▁)."""
+        decoder = json.loads(self.tokenizer.to_str()).get("decoder") or {}
+        kinds = {d.get("type") for d in decoder.get("decoders", [decoder])}
+        return byte_level_alphabet() if "ByteLevel" in kinds else None
+
+
+class PiecesTokenizer:
+    """A family's tokenizer over a piece back-end (TokenizerJson or a SentencePiece one): decoding and token texts
+    are the back-end's."""
+
+    pieces: TokenizerJson  # or SentencePieceVocab, SentencePieceT5: the same decode and token_bytes
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.pieces.decode(token_ids)
+
+    def token_bytes(self, token_ids: list[int], source: bool = False) -> list[bytes]:
+        return self.pieces.token_bytes(token_ids)

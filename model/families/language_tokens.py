@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import read_json
 from ..errors import CheckpointError
-from .base import Languages, TokenizerJson, load_spm, special_token_pattern
+from .base import Languages, PiecesTokenizer, TokenizerJson, load_spm, sentencepiece_bytes, special_token_pattern
 
 
 class SentencePieceVocab:
@@ -57,6 +57,9 @@ class SentencePieceVocab:
                 pieces.append(token)
         return (out + self.spm.decode(pieces)).strip()
 
+    def token_bytes(self, ids: list[int]) -> list[bytes]:
+        return [sentencepiece_bytes(self.id_to_token.get(i, self.unk_token)) for i in ids]
+
 
 def listed_language_codes(pieces: TokenizerJson, model_dir: Path, tok_config: dict) -> dict[str, int]:
     """Language code → id, for the extra special tokens a checkpoint lists: tokenizer_config.json's
@@ -68,7 +71,7 @@ def listed_language_codes(pieces: TokenizerJson, model_dir: Path, tok_config: di
     return {code: i for code in codes if (i := pieces.token_id(code)) is not None}
 
 
-class LanguageTokenTokenizer:
+class LanguageTokenTokenizer(PiecesTokenizer):
     """Source `[src] X </s>` (legacy: `X </s> [src]`); the target's token is forced first."""
 
     def __init__(self, pieces: SentencePieceVocab | TokenizerJson, codes: dict[str, int], default_source: str,
@@ -91,6 +94,3 @@ class LanguageTokenTokenizer:
 
     def forced_bos(self, target_lang: str | None) -> int | None:
         return None if target_lang is None else self.codes[target_lang]
-
-    def decode(self, token_ids: list[int]) -> str:
-        return self.pieces.decode(token_ids)

@@ -17,7 +17,7 @@ from ..architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
 from ..errors import CheckpointError
 from . import layout
-from .base import Family, Languages, load_spm, read_tokenizer_config, special_token_pattern
+from .base import Family, Languages, load_spm, read_tokenizer_config, sentencepiece_bytes, special_token_pattern
 
 DEFAULTS = dict(max_position_embeddings=1024, activation_function="gelu", tie_word_embeddings=True,
                 eos_token_id=0, share_encoder_decoder_embeddings=True)
@@ -65,6 +65,7 @@ class MarianTokenizer:
         self.separate_vocabs = target_vocab is not None
         target = target_vocab if self.separate_vocabs else vocab
         self.id_to_piece = {i: piece for piece, i in target.items()}
+        self.id_to_source_piece = {i: piece for piece, i in vocab.items()}
         # transformers decodes with the source SentencePiece model when the vocabulary is shared.
         self.spm_decode = self.spm_target if self.separate_vocabs else self.spm_source
         self.unk_id = vocab[unk_token]
@@ -124,6 +125,10 @@ class MarianTokenizer:
         """Target ids → text, special tokens skipped."""
         pieces = [self.id_to_token(i) for i in token_ids if i not in self.special_ids]
         return self.spm_decode.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
+
+    def token_bytes(self, token_ids: list[int], source: bool = False) -> list[bytes]:
+        piece = self.id_to_source_piece.get if source else self.id_to_token
+        return [sentencepiece_bytes(piece(i) or "") for i in token_ids]
 
     def forced_bos(self, target_lang: str | None) -> int | None:
         return None  # the target is chosen in the source text

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
 from ..errors import CheckpointError
-from .base import Family, Languages, TokenizerJson, load_spm, read_tokenizer_config, special_token_pattern
+from .base import (Family, Languages, PiecesTokenizer, TokenizerJson, load_spm, read_tokenizer_config,
+                   sentencepiece_bytes, special_token_pattern)
 from .layout import Parts, add_parts
 
 # transformers' T5Config defaults, for keys a config.json leaves out.
@@ -125,8 +126,12 @@ class SentencePieceT5:
     def decode(self, ids: list[int]) -> str:
         return self.spm.decode([i for i in ids if i not in self.special_ids])
 
+    def token_bytes(self, ids: list[int]) -> list[bytes]:
+        sentinels = {i: token for token, i in self.special_tokens.items()}
+        return [sentencepiece_bytes(sentinels.get(i) or self.spm.IdToPiece(i)) for i in ids]
 
-class T5Tokenizer:
+
+class T5Tokenizer(PiecesTokenizer):
     """Source: the pieces of the text (MADLAD: `<2xx> ` + text), then </s>. No forced first token."""
 
     def __init__(self, pieces: TokenizerJson | SentencePieceT5, eos_token: str = "</s>", pad_token: str = "<pad>"):
@@ -143,9 +148,6 @@ class T5Tokenizer:
 
     def forced_bos(self, target_lang: str | None) -> int | None:
         return None
-
-    def decode(self, token_ids: list[int]) -> str:
-        return self.pieces.decode(token_ids)
 
 
 def target_codes(pieces: TokenizerJson | SentencePieceT5) -> list[str]:

@@ -4,6 +4,8 @@ translations.
     document = prepare(text, "en", format="html", split_sentences="nonewlines", fits=lambda s: tokens(s) <= 256)
     translations = my_model(document.units)
     output = document.render(translations)            # alignments=[...] per unit when the model gives them
+
+Only the units that hold inline marks (`marked_units()`) need an alignment; the others render the same without.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class Document:
             position += count
         return "".join(out)
 
+    def marked_units(self) -> list[int]:
+        """Indices (in `units`) of the units with inline marks inside: the ones whose alignment matters."""
+        holds = [h for part in self.parts if isinstance(part, Run) for h in part.holds_marks()]
+        return [i for i, h in enumerate(holds) if h]
+
 
 def prepare(text: str, language: str | None, format: str = "text", split_sentences: str = "1",
             ignore_tags: Sequence[str] = (), non_splitting_tags: Sequence[str] = (),
@@ -55,9 +62,28 @@ def prepare(text: str, language: str | None, format: str = "text", split_sentenc
 
 
 def translate_texts(texts: Sequence[str], language: str | None, translate: Callable[[list[str]], list[str]],
-                    fits: Callable[[str], bool] | None = None, **options) -> list[str]:
-    """Texts translated through their units in one call of `translate` (units in, translations out, in order);
-    `options` as for prepare()."""
+                    fits: Callable[[str], bool] | None = None,
+                    align: Callable[[list[int]], list[Alignment]] | None = None, **options) -> list[str]:
+    """Texts translated through their units in one call of `translate` (units in, translations out, in order).
+    `align`, called after `translate` with the indices of the units that hold inline marks (in that list of
+    units), returns their word alignments; without it marks are placed proportionally. `options` as for
+    prepare()."""
     documents = [prepare(text, language, fits=fits, **options) for text in texts]
-    translations = iter(translate([unit for document in documents for unit in document.units]))
-    return [document.render([next(translations) for _ in document.units]) for document in documents]
+    translations = translate([unit for document in documents for unit in document.units])
+    alignments: list[Alignment | None] = [None] * len(translations)
+    marked = marked_units(documents)
+    if align is not None and marked:
+        for i, alignment in zip(marked, align(marked)):
+            alignments[i] = alignment
+    translated, aligned = iter(translations), iter(alignments)
+    return [document.render([next(translated) for _ in document.units], [next(aligned) for _ in document.units])
+            for document in documents]
+
+
+def marked_units(documents: Sequence[Document]) -> list[int]:
+    """Indices of the units with inline marks inside, counting the documents' units in order."""
+    out, first = [], 0
+    for document in documents:
+        out += [first + i for i in document.marked_units()]
+        first += len(document.units)
+    return out

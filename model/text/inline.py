@@ -1,11 +1,14 @@
 """Inline marks (tags, runs, placeholders) inside translated text: a run of text is cut into units, each unit is
 translated whole, and every mark is put back once, at the target word aligned with the source word it sat at.
 
-A word alignment is a list of (source word index, target word index) pairs for one unit (words: runs of word
-characters, and runs of punctuation). The engine does not return one yet, so `alignment=None` maps word positions
-proportionally (word i of n → word round(i·m/n) of m); a real alignment (from cross-attention) plugs into the
-same place. Marks keep their source order (a mark is never put before an earlier one): a tag is never dropped,
-duplicated or crossed with another; where the alignment reorders words across a tag, the tag's span shrinks.
+A word alignment is a list of (source word index, target word index) pairs for one unit (words: word_spans(),
+runs of word characters and runs of punctuation). The model gives it from the decoder's cross-attention
+(model/alignment.py: each target word goes with the source word its tokens attend to most), for the units that
+hold marks (`Document.marked_units`); `alignment=None` maps word positions proportionally (word i of n → word round(i·m/n)
+of m). An opening mark goes before the first target word aligned with a source word it wraps, a closing one after
+the last target word aligned with a source word before it. Marks keep their source order (a mark is never put
+before an earlier one): a tag is never dropped, duplicated or crossed with another; where the alignment reorders
+words across a tag, the tag's span shrinks.
 """
 
 from __future__ import annotations
@@ -49,21 +52,31 @@ class Run:
     def render(self, translations: Sequence[str], alignments: Sequence[Alignment | None],
                escape: Callable[[str], str] = str) -> list:
         """The run translated: output text (translations escaped, the rest as in the source) and marks, in order."""
-        out, next_mark, translated = [], 0, iter(zip(translations, alignments))
+        out, placed, translated = [], 0, iter(zip(translations, alignments))
+        for span, inside in self._spans_with_marks():
+            if span.translate:
+                target, alignment = next(translated)
+                marked = place(self.text[span.start:span.end], target, _shifted(inside, span.start), alignment)
+                out += [escape(p) if isinstance(p, str) else p for p in marked]
+            else:
+                out += self._kept_with_marks(span, inside)
+            placed += len(inside)
+        return out + self.marks[placed:]  # marks at the very end, after the last span
+
+    def holds_marks(self) -> list[bool]:
+        """For each unit, whether marks go inside it (only those need a word alignment)."""
+        return [bool(inside) for span, inside in self._spans_with_marks() if span.translate]
+
+    def _spans_with_marks(self):
+        """Each span with the marks that go with it: a mark at a unit's edge goes with the unit; marks are sorted,
+        so each span takes a prefix of those left."""
+        next_mark = 0
         for span in self.spans:
-            # a mark at a unit's edge goes with the unit; marks are sorted, so each span takes a prefix
             first = next_mark
             while next_mark < len(self.marks) and (self.marks[next_mark].offset <= span.end if span.translate
                                                    else self.marks[next_mark].offset < span.end):
                 next_mark += 1
-            inside = self.marks[first:next_mark]
-            if span.translate:
-                target, alignment = next(translated)
-                placed = place(self.text[span.start:span.end], target, _shifted(inside, span.start), alignment)
-                out += [escape(p) if isinstance(p, str) else p for p in placed]
-            else:
-                out += self._kept_with_marks(span, inside)
-        return out + self.marks[next_mark:]  # marks at the very end, after the last span
+            yield span, self.marks[first:next_mark]
 
     def source(self, start: int, end: int) -> str:
         """What the source said for text[start:end] (a piece cut in two gives its decoded part)."""
@@ -82,6 +95,11 @@ class Run:
             out += [self.source(position, mark.offset), mark]
             position = mark.offset
         return out + [self.source(position, span.end)]
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each word of `text`, as alignments count words."""
+    return [m.span() for m in _WORD.finditer(text)]
 
 
 def _shifted(marks: list[Mark], start: int) -> list[Mark]:
@@ -112,8 +130,8 @@ def place(source: str, target: str, marks: list[Mark], alignment: Alignment | No
     (and the space after it, if the source had one before the mark)."""
     if not marks:
         return [target] if target else []
-    source_starts = [m.start() for m in _WORD.finditer(source)]
-    words = list(_WORD.finditer(target))
+    source_starts = [start for start, _ in word_spans(source)]
+    words = word_spans(target)
     out, position = [], 0
     for mark in marks:
         glued_to_next = mark.offset < len(source) and not source[mark.offset].isspace()
@@ -121,9 +139,9 @@ def place(source: str, target: str, marks: list[Mark], alignment: Alignment | No
         boundary = _target_boundary(sum(1 for s in source_starts if s < mark.offset), opens, len(source_starts),
                                     len(words), alignment)
         if opens:
-            at = words[boundary].start() if boundary < len(words) else len(target)
+            at = words[boundary][0] if boundary < len(words) else len(target)
         else:
-            at = words[boundary - 1].end() if boundary > 0 else 0
+            at = words[boundary - 1][1] if boundary > 0 else 0
             spaced = mark.offset > 0 and source[mark.offset - 1].isspace()
             at += 1 if spaced and at < len(target) and target[at].isspace() else 0
         at = max(at, position)  # never before an earlier mark: tags keep their source order
