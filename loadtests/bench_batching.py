@@ -88,13 +88,18 @@ class BatchBarrier:
         await event.wait()
 
 
-def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
+def demo_texts(count: int, seed: int) -> list[tuple[str, str]]:
+    """(English number words of mixed magnitudes, target language) pairs for the demo model."""
     rng = random.Random(seed)
     texts = []
     for i in range(count):
         n = rng.choice([rng.randint(0, 99), rng.randint(100, 9_999), rng.randint(10_000, 999_999)])
         texts.append((num2words(n, lang="en"), LANGS[i % len(LANGS)]))
-    return [translator.bundle.tokenizer.encode(text, target_lang=lang) for text, lang in texts]
+    return texts
+
+
+def workload(translator: Translator, count: int, seed: int) -> list[list[int]]:
+    return [translator.bundle.tokenizer.encode(text, target_lang=lang) for text, lang in demo_texts(count, seed)]
 
 
 async def drive(loop: EngineLoop, sources: list[list[int]], clients: int, params) -> tuple[list[float], int]:
