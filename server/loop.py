@@ -1,8 +1,9 @@
 """The engine loop: a background thread per replica runs scheduler → engine steps; asyncio submits and awaits.
 
-Requests are delivered back to the event loop with call_soon_threadsafe. A failed step fails the requests in
-the batch (never the whole server); a delivery that fails (its event loop is gone) cancels that request only;
-a heartbeat tells readiness and health whether the loop is progressing.
+Outputs go back to each event loop through a Mailbox: one call_soon_threadsafe per step however many outputs
+the step made (a wake-up per output cost the event loop more than the outputs themselves). A failed step fails
+the requests in the batch (never the whole server); a delivery that fails (its event loop is gone) cancels that
+request only; a heartbeat tells readiness and health whether the loop is progressing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from typing import AsyncIterator
 
 from model import DecodeParams
@@ -24,12 +26,38 @@ from .scheduler import Scheduler
 log = logging.getLogger(__name__)
 
 
+class Mailbox:
+    """Outputs from the engine thread to the queues of one asyncio event loop, handed over in one wake-up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.items, self.lock = loop, [], threading.Lock()
+
+    def post(self, queue: asyncio.Queue, output: Output) -> None:
+        """Thread-safe; raises RuntimeError when the event loop is closed (nothing of this post is kept)."""
+        with self.lock:
+            self.items.append((queue, output))
+            if len(self.items) > 1:
+                return  # a wake-up is already on its way
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:
+                self.items.clear()
+                raise
+
+    def _drain(self) -> None:
+        with self.lock:
+            items, self.items = self.items, []
+        for queue, output in items:
+            queue.put_nowait(output)
+
+
 class EngineLoop:
     def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats):
         self.engine, self.scheduler, self.stats = engine, scheduler, stats
         self.lock = threading.Condition()
         self.heartbeat = time.monotonic()
         self.stopping = False
+        self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     def start(self) -> "EngineLoop":
@@ -50,17 +78,17 @@ class EngineLoop:
         return time.monotonic() - self.heartbeat
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def submit(self, sources: list[tuple[list[int], DecodeParams]],
-               group: int | None = None) -> list[tuple[SeqRequest, asyncio.Queue]]:
+    def submit(self, sources: list[tuple[list[int], DecodeParams]], group: int | None = None,
+               stream: bool = True) -> list[tuple[SeqRequest, asyncio.Queue]]:
         """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
-        outputs. The sequences form one group (the scheduler shares rows between groups): a new one, or
-        `group` when a request submits more of its sequences later."""
+        outputs: every new token when `stream`, then the final output. The sequences form one group (the
+        scheduler shares rows between groups): a new one, or `group` when a request submits more later."""
         loop = asyncio.get_running_loop()
+        mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
         out = []
         for ids, params in sources:
             queue: asyncio.Queue[Output] = asyncio.Queue()
-            deliver = (lambda o, q=queue: loop.call_soon_threadsafe(q.put_nowait, o))
-            request = SeqRequest(ids, params, deliver, group=group)
+            request = SeqRequest(ids, params, (lambda o, q=queue: mailbox.post(q, o)), group=group, stream=stream)
             group = request.group  # the first one's id when no group was given
             out.append((request, queue))
         with self.lock:

@@ -49,6 +49,7 @@ class SeqRequest:
     deliver: Callable[[Output], None]
     id: int = field(default_factory=lambda: next(_ids))
     group: int | None = None  # the request this sequence belongs to (its sentences share one); None: its own id
+    stream: bool = True  # deliver each new token (streaming, stop strings); False: only the final output
     status: Status = Status.WAITING
     arrived_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None

@@ -120,7 +120,7 @@ class Scheduler:
                 request.first_token_at = now
                 update.first_step.append(request)
             request.steps += 1
-            if event.new_token is not None:
+            if event.new_token is not None and request.stream:
                 update.outputs.append((request, TokenOutput(event.new_token)))
             if event.results is not None:
                 self.finish(request)

@@ -162,7 +162,7 @@ class ModelService:
                     batch = sources[next_source:next_source + window - len(tasks)]
                     try:
                         added = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
-                                                  for s in batch], group) if batch else []
+                                                  for s in batch], group, stream=False) if batch else []
                     except QueueFull:
                         if not tasks:
                             raise
