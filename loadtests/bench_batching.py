@@ -65,9 +65,9 @@ class StaticBatchEngine(Engine):
         if len(fillers) == len(searches):
             for key in fillers:
                 self.decoder.cancel(key)
-        elif self.decoder.live_rows < self.batch_rows:
+        elif self.rows_in_use < self.batch_rows:
             filler = DecodeParams(max_new_tokens=self.max_new_tokens, min_new_tokens=self.max_new_tokens)
-            need = self.batch_rows - self.decoder.live_rows
+            need = self.batch_rows - self.rows_in_use
             self.decoder.admit([(("filler", next(FILLER_IDS)), [0], filler) for _ in range(need)])
         return events
 

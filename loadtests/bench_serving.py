@@ -29,6 +29,7 @@ import torch
 
 from model import Translator
 from server.engine import Engine
+from server.local import set_engine_threads
 from server.loop import EngineLoop
 from server.metrics import EngineStats
 from server.request import FinalOutput
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     reference = run_translator(translator, texts)
     clients, per_request = [int(c) for c in args.clients.split(",")], [int(k) for k in args.texts_per_request.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads in this process); demo model, greedy; {len(texts)} texts "
+          f"({torch.get_num_threads()} threads for Translator.translate); demo model, greedy; {len(texts)} texts "
           f"({args.one_client_texts} at one client)\n", flush=True)
     print("| path | clients | texts/request | texts/s | share | p50 ms | p95 ms | outputs = Translator |")
     print("|---|---|---|---|---|---|---|---|")
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
 
     paths = args.paths.split(",")
     if "engine" in paths:
+        set_engine_threads(len(os.sched_getaffinity(0)), Settings())  # as `python -m server` sets them
         matrix(lambda share, c, k: run_engine(translator, share, c, k, Settings()))
     url = f"http://127.0.0.1:{args.port}"
     for path, server_args in (("no-ray", "--no-ray"), ("ray", "")):

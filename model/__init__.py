@@ -8,7 +8,7 @@ Everything outside model/ (the server, the benchmarks) enters through the names 
 
 from .alignment import AlignmentInput, word_alignments
 from .architecture import ModelConfig
-from .batch_decoder import BatchDecoder, StepEvent
+from .batch_decoder import BatchDecoder, Encoded, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
 from .config import GenerationDefaults
 from .errors import CheckpointError
@@ -20,7 +20,8 @@ from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle", "ModelConfig",
-           "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator", "UnsupportedLanguage",
-           "demo_model_dir", "detect_language", "detectable", "iso_code", "load", "marked_units", "match_language",
-           "new_tokens_within", "prepare", "read_file", "text_content", "word_alignments"]
+           "Document", "Encoded", "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle",
+           "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
+           "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "iso_code", "load",
+           "marked_units", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
+           "word_alignments"]

@@ -23,6 +23,20 @@ class StepEvent:
     results: list[Hypothesis] | None  # set when the request finished
 
 
+@dataclass
+class Encoded:
+    """New requests after their encoder pass, waiting to join the batch."""
+
+    entries: list[tuple[Hashable, list[int], DecodeParams]]
+    cross_k: torch.Tensor  # (L, B, H, S, Dh): cross-attention keys of every decoder layer
+    cross_v: torch.Tensor  # (L, B, H, S, Dh)
+    mask: torch.Tensor  # (B, S) True on real source tokens
+
+    @property
+    def rows(self) -> int:
+        return sum(params.num_beams for _, _, params in self.entries)
+
+
 class BatchDecoder:
     def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_new_tokens: int):
         positions = model.config.max_position_embeddings
@@ -54,15 +68,14 @@ class BatchDecoder:
         if params.num_beams > self.capacity:
             raise ValueError(f"num_beams {params.num_beams} exceeds the batch capacity {self.capacity}")
 
-    @torch.inference_mode()
     def admit(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> None:
         """Encode new requests together (one padded encoder pass) and give each its cache rows."""
-        need = sum(params.num_beams for _, _, params in entries)
-        keys = [key for key, _, _ in entries]
-        if len(set(keys)) < len(keys) or any(key in self.searches for key in keys):
-            raise ValueError("admit needs keys that are not already decoding")
-        if need > self.free_rows:
-            raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
+        self.join(self.encode(entries))
+
+    @torch.inference_mode()
+    def encode(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> Encoded:
+        """The encoder pass for new requests. Reads the weights only, never the batch, so it may run in another
+        thread while step() runs; join() then gives the requests their rows."""
         cfg, device = self.model.config, self.model.device
         longest = max(len(ids) for _, ids, _ in entries)
         src = torch.full((len(entries), longest), cfg.pad_token_id, dtype=torch.long)
@@ -71,19 +84,34 @@ class BatchDecoder:
             src[i, : len(ids)] = torch.tensor(ids)
         lengths = torch.tensor([len(ids) for _, ids, _ in entries])
         mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S) True on real tokens
-        src = src.to(device)
-        cross_k, cross_v = self.model.cross_kv(self.model.encode(src, mask))  # (L, B, H, S, Dh)
+        cross_k, cross_v = self.model.cross_kv(self.model.encode(src.to(device), mask))  # (L, B, H, S, Dh)
+        return Encoded(entries, cross_k, cross_v, mask)
 
+    @torch.inference_mode()
+    def join(self, encoded: Encoded, dropped: frozenset = frozenset()) -> None:
+        """Encoded requests join the batch (all but the keys in `dropped`: cancelled while they were encoded)."""
+        kept = [i for i, (key, _, _) in enumerate(encoded.entries) if key not in dropped]
+        keys = [encoded.entries[i][0] for i in kept]
+        if len(set(keys)) < len(keys) or any(key in self.searches for key in keys):
+            raise ValueError("admit needs keys that are not already decoding")
+        need = sum(encoded.entries[i][2].num_beams for i in kept)
+        if need > self.free_rows:
+            raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
+        cfg, device = self.model.config, self.model.device
         first_free = self.live_rows
         rows, sources = [], []
-        for i, (key, ids, params) in enumerate(entries):
+        for i in kept:
+            key, ids, params = encoded.entries[i]
             search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
             search.rows = list(range(first_free + len(rows), first_free + len(rows) + params.num_beams))
             rows += search.rows
             sources += [i] * params.num_beams
             self.searches[key] = search
+        if not rows:
+            return
         index = torch.tensor(sources, device=device)
-        self.cache.write_source(torch.tensor(rows, device=device), cross_k[:, index], cross_v[:, index], mask[index])
+        self.cache.write_source(torch.tensor(rows, device=device), encoded.cross_k[:, index],
+                                encoded.cross_v[:, index], encoded.mask[index])
 
     @torch.inference_mode()
     def step(self) -> list[StepEvent]:

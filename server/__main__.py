@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from .ray_main import add_ray_arguments
@@ -26,15 +27,16 @@ def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
     from .app import create_app
-    from .local import LocalModels
+    from .local import LocalModels, set_engine_threads
     from .registry import ModelRegistry
 
+    set_engine_threads(len(os.sched_getaffinity(0)), settings)
     models = LocalModels(settings, ModelRegistry.from_paths(args.model))
     app = create_app(models, settings)
     print(f"serving {', '.join(models.services)} at http://{settings.host}:{settings.port}", flush=True)
     try:
         # On SIGTERM/Ctrl-C uvicorn stops accepting connections and lets in-flight requests finish.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
                     timeout_graceful_shutdown=settings.drain_timeout_s)
     finally:
         models.close()

@@ -26,7 +26,7 @@ from ray.serve.handle import DeploymentHandle
 from . import metrics
 from .app import create_app
 from .errors import EngineFailed, QueueFull, ServerError
-from .local import load_service, resolve_device, services_health
+from .local import load_service, services_health, set_engine_threads
 from .domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from .registry import ModelRegistry, model_info
 from .service import ModelService
@@ -55,9 +55,8 @@ def model_server_class(max_models_per_replica: int):
                 settings = replace(settings, device="cuda" if ray.get_gpu_ids() else "cpu")
             self.settings, self.registry = settings, registry
             metrics.enable_ray_export()
-            cpus = int(os.environ.get("OMP_NUM_THREADS") or 0) or None
-            if cpus and resolve_device(settings)[0] == "cpu":
-                torch.set_num_threads(cpus)
+            # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
+            set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
             self.loaded: dict[str, ModelService] = {}
 
         @serve.multiplexed(max_num_models_per_replica=max_models_per_replica)

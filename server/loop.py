@@ -69,6 +69,7 @@ class EngineLoop:
             self.stopping = True
             self.lock.notify_all()
         self.thread.join(timeout)
+        self.engine.close()
 
     @property
     def alive(self) -> bool:

@@ -115,6 +115,9 @@ class FakeEngine:
     def reset(self) -> None:
         self.live = {}
 
+    def close(self) -> None:
+        pass
+
     def execute(self, plan):
         for r in plan.cancel:
             self.live.pop(r.id, None)
