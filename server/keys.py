@@ -64,6 +64,11 @@ class Keys:
             raise RateLimited(self.per_minute, max(1, math.ceil(self.window_start + WINDOW_S - now)))
         self.requests[caller] = self.requests.get(caller, 0) + 1
 
+    @property
+    def counting(self) -> bool:
+        """Whether characters are counted (keys or a quota): an open, unlimited server counts none."""
+        return bool(self.keys or self.quota)
+
     @contextmanager
     def spending(self, caller: str, characters: int):
         """Charge `characters` to `caller` for the work inside; refunded if the work fails. QuotaExceeded before
@@ -72,7 +77,7 @@ class Keys:
         if self.quota and used + characters > self.quota:
             raise QuotaExceeded(f"character quota exceeded: {used} of {self.quota} used, this request has "
                                 f"{characters}", limit=self.quota)
-        if not (self.keys or self.quota):  # open and unlimited: no count to keep, one per client address
+        if not self.counting:  # open and unlimited: no count to keep, one per client address
             yield
             return
         self.characters[caller] = used + characters

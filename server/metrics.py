@@ -57,7 +57,8 @@ class Mirrored:
 
 class Labelled:
     def __init__(self, metric: Mirrored, values: tuple[str, ...]):
-        self.metric, self.values = metric, values
+        self.metric, self.child = metric, metric.prom.labels(*values)
+        self.tags = dict(zip(metric.label_names, values))
 
     def inc(self, amount: float = 1) -> None:
         self._record("inc", amount)
@@ -69,8 +70,7 @@ class Labelled:
         self._record("set", value)
 
     def _record(self, method: str, value: float) -> None:
-        tags = dict(zip(self.metric.label_names, self.values))
-        self.metric._record(method, value, self.metric.prom.labels(*self.values), tags)
+        self.metric._record(method, value, self.child, self.tags)
 
 
 REQUESTS = Mirrored(Counter, "s2s_requests_total", "HTTP requests by route and status code", ("route", "status"))

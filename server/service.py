@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source,
@@ -42,9 +42,11 @@ class ModelService:
             raise InvalidRequest(f"{e} (model {self.name!r})", field=e.field, limit=list(e.supported)) from None
 
     def _sources(self, texts: tuple[str, ...], fields: tuple[str, ...], source_lang: str | None,
-                 target_lang: str | None) -> list[Source]:
-        """Encoder ids per text; `fields` names each text in error messages (text, text[3])."""
-        sources = [self.bundle.source(t, source_lang, target_lang) for t in texts]
+                 target_lang: str | None, encoded: dict[str, Source] | None = None) -> list[Source]:
+        """Encoder ids per text (from `encoded` when tokenized already); `fields` names each text in error
+        messages (text, text[3])."""
+        encoded = encoded or {}
+        sources = [encoded.get(t) or self.bundle.source(t, source_lang, target_lang) for t in texts]
         for source, name in zip(sources, fields):
             if len(source.ids) > self.settings.max_input_tokens:
                 raise InvalidRequest(f"{name} has {len(source.ids)} tokens; at most {self.settings.max_input_tokens}",
@@ -87,11 +89,12 @@ class ModelService:
                                  field=job.texts_field, limit=self.settings.max_texts)
         source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
         params = self._params(job.options, job.beams_field)
-        documents = [self._document(text, name, job.text_options, source_lang, target_lang)
+        encoded: dict[str, Source] = {}  # sentences tokenized while cutting the texts, not tokenized again
+        documents = [self._document(text, name, job.text_options, source_lang, target_lang, encoded)
                      for text, name in zip(job.texts, job.fields)]
         owners = [i for i, document in enumerate(documents) for _ in document.units]
         sources = self._sources(tuple(u for d in documents for u in d.units), tuple(job.fields[i] for i in owners),
-                                source_lang, target_lang)
+                                source_lang, target_lang, encoded)
         finals = await self._run_all(sources, params)
         alignments = await self._alignments(documents, sources, finals)
         best, aligned = iter(finals), iter(alignments)
@@ -102,17 +105,20 @@ class ModelService:
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
-                  target_lang: str | None) -> Document:
+                  target_lang: str | None, encoded: dict[str, Source]) -> Document:
         limit = self.settings.max_document_chars
         if len(text) > limit:
             raise InvalidRequest(f"{field} has {len(text)} characters; at most {limit}", field=field, limit=limit)
 
         def fits(sentence: str) -> bool:
-            return len(self.bundle.source(sentence, source_lang, target_lang).ids) <= self.settings.max_input_tokens
+            if sentence not in encoded:
+                encoded[sentence] = self.bundle.source(sentence, source_lang, target_lang)
+            return len(encoded[sentence].ids) <= self.settings.max_input_tokens
 
         language = iso_code(source_lang) if source_lang else None
         try:
-            return prepare(text, language, fits=fits, **asdict(options))
+            return prepare(text, language, options.format, options.split_sentences, options.ignore_tags,
+                           options.non_splitting_tags, options.splitting_tags, fits)
         except MarkupError as e:
             raise BadBody(f"{field}: {e}", field=field) from None
         except ValueError as e:  # an unknown format or split mode
