@@ -13,12 +13,12 @@ What it measures, every --sample-every seconds (t = 0 when the load starts, plus
   GCS, Serve controller, proxy, replicas, idle workers...) and anything else left in its session. Pages shared
   between processes (libraries, Ray's object store) count once per process, so this overstates real use; what
   matters is how it changes.
-- model_server_mb / ingress_mb: the processes whose title contains ServeReplica:<app>:ModelServer / :Ingress
+- model_server_mb: the processes whose title contains ServeReplica:<app>:ModelServer (HTTP app and engines)
   (summed over replicas); empty without Ray.
 Steady state starts at the first sample at or after the warm-up, min(60 s, 10% of --duration); growth is
 (last sample - that sample) / that sample, for each series.
 
-Files in --out: rss.csv (time_s, total_mb, model_server_mb, ingress_mb, processes; written as it goes), rss.png,
+Files in --out: rss.csv (time_s, total_mb, model_server_mb, processes; written as it goes), rss.png,
 server.log and the runner's locust files (locust_stats.csv, locust_stats_history.csv, locust_failures.csv,
 locust.json, report.html, chart.png, locust.log).
 
@@ -54,9 +54,8 @@ from .server import served
 from .stats import RunSummary
 
 MB = 1024 * 1024
-ROLES = {"model_server": re.compile(r"ServeReplica:[^:\s]+:ModelServer"),
-         "ingress": re.compile(r"ServeReplica:[^:\s]+:Ingress")}
-SERIES = (("total", "total_mb"), ("model server", "model_server_mb"), ("ingress", "ingress_mb"))
+ROLES = {"model_server": re.compile(r"ServeReplica:[^:\s]+:ModelServer")}
+SERIES = (("total", "total_mb"), ("model server", "model_server_mb"))
 MAX_WARMUP_S = 60.0
 
 
@@ -65,7 +64,6 @@ class Sample:
     time_s: float  # since the load started
     total_mb: float
     model_server_mb: float | None  # None: no such process (no Ray)
-    ingress_mb: float | None
     processes: int
 
 
@@ -118,7 +116,7 @@ def take_sample(processes: list[psutil.Process], t0: float) -> Sample:
             if pattern.search(title):
                 roles[role] = (roles[role] or 0) + rss
     mb = {role: None if rss is None else rss / MB for role, rss in roles.items()}
-    return Sample(round(time.monotonic() - t0, 1), total / MB, mb["model_server"], mb["ingress"], count)
+    return Sample(round(time.monotonic() - t0, 1), total / MB, mb["model_server"], count)
 
 
 class Sampler:
@@ -146,7 +144,7 @@ class Sampler:
         with open(self.csv_path, "a", newline="") as f:
             csv.writer(f).writerow("" if v is None else round(v, 1) if isinstance(v, float) else v for v in astuple(s))
         print(f"rss t={s.time_s:.0f}s: total {s.total_mb:.0f} MB in {s.processes} processes, "
-              f"model server {_mb(s.model_server_mb)}, ingress {_mb(s.ingress_mb)}", flush=True)
+              f"model server {_mb(s.model_server_mb)}", flush=True)
 
     def _loop(self) -> None:
         k = 0

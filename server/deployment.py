@@ -1,11 +1,13 @@
-"""Ray Serve: an ingress deployment running the same FastAPI app, in front of a multiplexed model deployment.
+"""Ray Serve: one deployment, ModelServer, whose replicas run the FastAPI app beside their engines.
 
     serve run server.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
     python -m server                      # local Ray on 127.0.0.1 with the demo model (see server.ray_main)
 
-Ingress (FastAPI, light) → ModelServer replicas (engines). Requests carry the model id as Serve's multiplexed
-model id, so they reach a replica that has the model loaded (LRU, at most max_models_per_replica per replica);
-each model has its own engine, so batches never mix models.
+Serve's proxy hands an HTTP request to a replica, which serves it with a model it holds: no hop between
+deployments (an ingress deployment in front cost more CPU per request than the engine's work on it, measured
+with loadtests.bench_serving). A request for a model this replica does not hold goes on, as a plain domain job,
+through Serve's model multiplexing to a replica that holds it or loads it (LRU, at most max_models_per_replica
+per replica); each model has its own engine, so batches never mix models.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .service import ModelService
 from .settings import Settings
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
 
 
 class LoadedModel:
@@ -49,6 +52,7 @@ class LoadedModel:
 def model_server_class(max_models_per_replica: int):
     @serve.deployment(name="ModelServer", max_ongoing_requests=256, health_check_period_s=5,
                       health_check_timeout_s=10, ray_actor_options={"num_cpus": 1})
+    @serve.ingress()
     class ModelServer:
         def __init__(self, settings: Settings, registry: ModelRegistry):
             if settings.device == "auto":  # a GPU only if Ray assigned this replica one (it no longer hides them)
@@ -59,6 +63,9 @@ def model_server_class(max_models_per_replica: int):
             set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
             self.loaded: dict[str, ModelService] = {}
 
+        def __serve_build_asgi_app__(self):
+            return create_app(ReplicaModels(self), self.settings)
+
         @serve.multiplexed(max_num_models_per_replica=max_models_per_replica)
         async def load(self, model_id: str) -> LoadedModel:
             entry = self.registry.entries[model_id]
@@ -66,6 +73,7 @@ def model_server_class(max_models_per_replica: int):
             self.loaded[model_id] = service
             return LoadedModel(service, lambda name: self.loaded.pop(name, None))
 
+        # ---- jobs forwarded by another replica (RemoteModel), for the model id Serve routed them by --------
         async def service(self) -> ModelService:
             return (await self.load(serve.get_multiplexed_model_id())).service
 
@@ -79,6 +87,7 @@ def model_server_class(max_models_per_replica: int):
             async for event in (await self.service()).generate_events(job):
                 yield event
 
+        # ---- health and operations ------------------------------------------------------------------------
         def health(self, stale_after_s: float) -> tuple[bool, str]:
             return services_health(list(self.loaded.values()), stale_after_s)
 
@@ -141,23 +150,29 @@ class RemoteModel:
             stream.cancel()
 
 
-class RayModels:
-    """ModelProvider for the app inside the ingress replica."""
+class ReplicaModels:
+    """ModelProvider for the app inside a ModelServer replica: a model this replica holds serves here; any other
+    is forwarded to the replica Serve's multiplexing picks for it."""
 
-    def __init__(self, handle: DeploymentHandle, registry: ModelRegistry, settings: Settings):
-        self.handle, self.registry, self.settings = handle, registry, settings
+    def __init__(self, server):
+        self.server, self.registry, self.settings = server, server.registry, server.settings
+        self.handle: DeploymentHandle | None = None  # to this deployment, made at the first forwarded request
 
     async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None):
-        return RemoteModel(self.handle, self.registry.resolve(name, source_lang, target_lang))
+        name = self.registry.resolve(name, source_lang, target_lang)
+        if name in self.server.loaded:
+            return (await self.server.load(name)).service  # through the multiplexer: it keeps the LRU order
+        if self.handle is None:
+            context = serve.get_replica_context()
+            self.handle = serve.get_deployment_handle(context.deployment, app_name=context.app_name)
+        return RemoteModel(self.handle, name)
 
     def models(self) -> list[ModelInfo]:
         return [model_info(entry, self.settings) for entry in self.registry.entries.values()]
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]:
-        try:
-            return await asyncio.wait_for(self.handle.health.remote(stale_after_s), timeout=5)
-        except Exception as e:  # no replica answered in time
-            return False, f"model replicas unavailable: {type(e).__name__}"
+        """This replica's engines, answered here: health never queues behind decoding work."""
+        return self.server.health(stale_after_s)
 
     def metrics_text(self) -> bytes:
         """One scrape for every replica process on this node (prometheus-client multiprocess mode)."""
@@ -169,32 +184,24 @@ class RayModels:
         return generate_latest(registry)
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
-@serve.ingress()
-class Ingress:
-    def __init__(self, model_server: DeploymentHandle, registry: ModelRegistry, settings: Settings):
-        metrics.enable_ray_export()
-        self.provider = RayModels(model_server, registry, settings)
-        self.settings = settings
-
-    def __serve_build_asgi_app__(self):
-        return create_app(self.provider, self.settings)
-
-
 def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: int = 4, replicas: int = 1,
           num_cpus: float = 1, num_gpus: float = 0, health_check_period_s: float = 5):
-    """The application: Ingress → ModelServer, with replica counts and resources set here (or by a config).
+    """The application: ModelServer replicas (the HTTP app and the engines), with replica counts and resources
+    set here (or by a config).
 
-    A replica takes as many requests as its engine can hold (batch rows + queue); beyond that Serve queues up
-    to max_queued_requests per caller, then answers BackPressureError (503 here)."""
+    A replica takes the requests its engine can hold (batch rows + queue: long-running ones; beyond them the
+    engine answers 503 at once) plus room for health checks, scrapes and refusals, so those never wait behind
+    decoding work; beyond that Serve queues up to max_queued_requests (a burst briefly waits there for a
+    replica even when replicas have room), then answers 503 with Retry-After."""
     model_server = model_server_class(max_models_per_replica).options(
         num_replicas=replicas,
-        max_ongoing_requests=settings.max_batch_rows + settings.max_queued_requests,
-        max_queued_requests=settings.max_queued_requests,
+        max_ongoing_requests=settings.max_batch_rows + settings.max_queued_requests + CONTROL_REQUESTS,
+        max_queued_requests=settings.max_queued_requests + CONTROL_REQUESTS,
+        backpressure_config={"status_code": QueueFull.status, "retry_after_s": QueueFull.retry_after_s},
         health_check_period_s=health_check_period_s,
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
     )
-    return Ingress.bind(model_server.bind(settings, registry), registry, settings)
+    return model_server.bind(settings, registry)
 
 
 def build_app(args: dict):

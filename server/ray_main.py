@@ -20,10 +20,13 @@ from .settings import Settings
 APP_NAME = "s2s"
 
 
+# Read by Serve's HTTP proxies at start, on any cluster: a request whose replica died gets a 503 (ReplicaLost).
+PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.ray_main.proxy_middlewares"}
+
 # Read by Ray at import, inherited by every process of a local instance: loopback only, and proxy checks
 # patient enough for a small busy machine (Serve restarts a proxy that is not ready within 5 s by default).
 LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
-                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30", **PROXY_ENV}
 
 
 def keep_replica_grpc_on_loopback() -> None:
@@ -35,6 +38,49 @@ def keep_replica_grpc_on_loopback() -> None:
 
     bind = replica.add_port_to_grpc_server
     replica.add_port_to_grpc_server = lambda server, address: bind(server, address.replace("[::]", "127.0.0.1"))
+
+
+class ReplicaLost:
+    """ASGI middleware for Serve's HTTP proxy: a request whose replica died before it answered gets the native
+    503 with Retry-After (the proxy alone would answer a bare 500), so clients know to retry."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watched(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            if started:
+                raise
+        if not started:
+            from starlette.responses import JSONResponse
+
+            from .errors import EngineFailed
+
+            error = EngineFailed("the replica serving this request died; retry")
+            await JSONResponse(error.body(), error.status, error.headers())(scope, receive, send)
+
+
+def proxy_middlewares() -> list:
+    """Serve's HTTP proxies call this at start (RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names it)."""
+    from starlette.middleware import Middleware
+
+    return [Middleware(ReplicaLost)]
+
+
+def http_options(host: str, port: int) -> dict:
+    """Serve's HTTP proxy options for this server (serve.start(http_options=...))."""
+    return {"host": host, "port": port}
 
 
 def local_runtime_env(metrics_dir: str) -> dict:
@@ -103,7 +149,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.start(http_options=http_options(settings.host, settings.port))
         gpu = gpus_available() and settings.device in ("auto", "cuda")
         app = build(settings, ModelRegistry.from_paths(args.model), args.max_models_per_replica, args.replicas,
                     num_cpus=args.replica_cpus, num_gpus=args.replica_gpus if gpu else 0)

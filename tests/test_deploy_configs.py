@@ -23,7 +23,7 @@ from server.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BUILD_APP_KEYS = {"model", "max_models_per_replica"}  # build_app's own args; the others are Settings fields
-DEPLOYMENTS = {"Ingress", "ModelServer"}  # the names server/deployment.py gives its deployments
+DEPLOYMENTS = {"ModelServer"}  # the names server/deployment.py gives its deployments
 
 
 def load_yaml(name: str) -> dict:
@@ -168,7 +168,8 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
         assert effective.max_ongoing_requests >= effective.autoscaling_config.target_ongoing_requests
     assert effective.max_ongoing_requests >= settings.max_batch_rows, "replicas could never fill a batch"
     assert effective.graceful_shutdown_timeout_s >= settings.request_timeout_s, "scale-down would cut requests"
-    assert infos["Ingress"].replica_config.ray_actor_options["num_cpus"] == 0
+    assert effective.max_ongoing_requests > settings.max_batch_rows + settings.max_queued_requests, \
+        "no room for health checks beside a full engine"
 
 
 # --- KubeRay ------------------------------------------------------------------------------------------------------

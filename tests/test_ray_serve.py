@@ -16,7 +16,7 @@ import httpx
 import pytest
 from server_process import Scrape, eventually, free_port, send_and_keep_open
 
-from server.ray_main import local_runtime_env
+from server.ray_main import PROXY_ENV, http_options, local_runtime_env
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,18 +35,21 @@ def serve_url(metrics_dir):
     from ray import serve
 
     # Ray's processes send their metrics to the export port every 10 s by default; every second here (the
-    # floor), so that the export test waits a second or two. Ray's processes read it from the environment.
+    # floor), so that the export test waits a second or two. Ray's processes read it from the environment, as
+    # Serve's proxies read the server's proxy settings (PROXY_ENV: a replica lost mid-request answers 503).
     interval = "RAY_metrics_report_interval_ms"
-    set_here = interval not in os.environ
-    os.environ.setdefault(interval, "1000")
+    env = {interval: "1000", **PROXY_ENV}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update({name: value for name, value in env.items() if saved[name] is None})
     try:
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=6,
                  runtime_env=local_runtime_env(str(metrics_dir)), log_to_driver=False)
     finally:
-        if set_here:
-            del os.environ[interval]
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(http_options=http_options("127.0.0.1", port))
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()
@@ -185,8 +188,8 @@ def test_metrics_reach_rays_metrics_export_port(main_app):
 
     url, _ = main_app
     port = ray._private.worker.global_worker.node.metrics_export_port
-    series = [("s2s_requests_total", {"route": "/v1/translate", "status": "200"}),  # from the Ingress
-              ("s2s_input_tokens_total", {}), ("s2s_output_tokens_total", {}),  # from the ModelServers
+    series = [("s2s_requests_total", {"route": "/v1/translate", "status": "200"}),  # from the HTTP app
+              ("s2s_input_tokens_total", {}), ("s2s_output_tokens_total", {}),  # from the engines
               ("s2s_time_to_first_token_seconds_count", {})]
     before = Scrape.of(url)  # /metrics reads the replicas' files: exact at once
     responses = [translate(url, text="seven", target_lang="it", beam_size=1),
@@ -212,10 +215,10 @@ def test_metrics_reach_rays_metrics_export_port(main_app):
     for name, labels in series:  # which series did not move as the requests did, or never reached the port
         assert direct.delta(before, name, **labels) == expected[name], name
         assert exported.get("ray_" + name, **labels) == direct.get(name, **labels), name
-    # Every replica's series carries its deployment: both deployments report there.
+    # Every replica's series carries its deployment.
     deployments = {labels.get("deployment") for name, labels, _ in exported.samples
                    if name in ("ray_s2s_requests_total", "ray_s2s_output_tokens_total")}
-    assert {"Ingress", "ModelServer"} <= deployments, deployments
+    assert deployments == {"ModelServer"}, deployments
 
 
 @pytest.fixture(scope="session")
@@ -227,8 +230,8 @@ def slow_checkpoint(tmp_path_factory) -> Path:
 
 
 def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint):
-    """A client that hangs up on a non-streaming request: Serve's proxy cancels the Ingress's request, which
-    cancels its call to the ModelServer, whose sequences leave the batch (that replica's own gauges say so)."""
+    """A client that hangs up on a non-streaming request: Serve's proxy cancels the replica's request, whose
+    sequences leave the batch (that replica's own gauges say so)."""
     settings = Settings(max_batch_rows=8, max_queued_requests=128, max_new_tokens=250)
     with deployed("hangup", [str(slow_checkpoint)], settings=settings, replicas=1) as handle:
         url = f"{serve_url}/hangup"
@@ -261,6 +264,35 @@ def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_di
         assert idle.delta(at_hang_up, "s2s_output_tokens_total") == 0  # the decoding one left unfinished
         assert idle.delta(at_hang_up, "s2s_queue_wait_seconds_count") == 0  # the waiting ones never ran
         assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+
+
+def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint):
+    """Every row decoding and the engine's queue full: /healthz and /readyz still answer 200 within a second (the
+    replica answers them itself, beside its engine: they never queue behind decoding work)."""
+    settings = Settings(max_batch_rows=4, max_queued_requests=32, max_new_tokens=250)
+    with deployed("saturated", [str(slow_checkpoint)], settings=settings, replicas=1) as handle:
+        url = f"{serve_url}/saturated"
+        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
+        pid = handle.describe.remote().result()["pid"]
+
+        def saturated():
+            s = process_scrape(metrics_dir, pid)
+            return s.get("s2s_kv_cache_rows_used") == 4 and s.get("s2s_waiting_sequences") == 32 and s
+
+        long = {"text": "hello world", "max_new_tokens": 250, "beam_size": 2}  # beams: no early </s> (as above)
+        # 2 decode, 32 wait (the engine's queue is full: a replica whose ongoing requests Serve capped at rows +
+        # queue would queue health checks behind them), 2 more get 503 at once
+        connections = [send_and_keep_open(url, "/v1/translate", long) for _ in range(36)]
+        try:
+            assert eventually(saturated, timeout=30), "the engine never filled its rows and its queue"
+            for path in ("/healthz", "/readyz"):
+                start = time.monotonic()
+                response = httpx.get(f"{url}{path}", timeout=10)
+                assert response.status_code == 200 and time.monotonic() - start < 1, (path, response.text)
+            assert saturated(), "the replica was no longer saturated when health answered"
+        finally:
+            for connection in connections:
+                connection.close()
 
 
 def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):
