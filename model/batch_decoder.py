@@ -76,15 +76,10 @@ class BatchDecoder:
     def encode(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> Encoded:
         """The encoder pass for new requests. Reads the weights only, never the batch, so it may run in another
         thread while step() runs; join() then gives the requests their rows."""
-        cfg, device = self.model.config, self.model.device
-        longest = max(len(ids) for _, ids, _ in entries)
-        src = torch.full((len(entries), longest), cfg.pad_token_id, dtype=torch.long)
-        for i, (_, ids, params) in enumerate(entries):
+        for _, ids, params in entries:
             self.check(ids, params)
-            src[i, : len(ids)] = torch.tensor(ids)
-        lengths = torch.tensor([len(ids) for _, ids, _ in entries])
-        mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S) True on real tokens
-        cross_k, cross_v = self.model.cross_kv(self.model.encode(src.to(device), mask))  # (L, B, H, S, Dh)
+        memory, mask = self.model.encode_sources([ids for _, ids, _ in entries])  # (B, S, D), (B, S)
+        cross_k, cross_v = self.model.cross_kv(memory)  # (L, B, H, S, Dh)
         return Encoded(entries, cross_k, cross_v, mask)
 
     @torch.inference_mode()

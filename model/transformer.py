@@ -85,6 +85,35 @@ class Seq2SeqTransformer(nn.Module):
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
 
+    def encode_sources(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
+        True on real tokens. Without padding where positions are absolute: the sources' N tokens in one row,
+        each attending only to its own source (a block-diagonal mask), positions as the padded batch numbers
+        them, so the linear layers work on N tokens instead of B × longest. Relative positions (T5) take the
+        padded path."""
+        device = self.device
+        lengths = torch.tensor([len(ids) for ids in sources])
+        longest = int(lengths.max())
+        mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S)
+        src = torch.full((len(sources), longest), self.config.pad_token_id, dtype=torch.long)
+        for i, ids in enumerate(sources):
+            src[i, : len(ids)] = torch.tensor(ids)
+        src = src.to(device)
+        if self.encoder_positions is None:
+            return self.encode(src, mask), mask
+        segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there
+        positions = self.encoder_positions(src)  # (B, S, D) or (S, D): the family's own numbering
+        positions = positions[segment, position] if positions.dim() == 3 else positions[position]  # (N, D)
+        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src[segment, position][None],
+                        positions)  # (1, N, D)
+        attn_mask = (segment[:, None] == segment[None, :])[None, None]  # (1, 1, N, N)
+        for layer in self.encoder_layers:
+            x = layer(x, attn_mask)
+        x = self.encoder_norm(x)[0]  # (N, D)
+        memory = x.new_zeros(len(sources), longest, x.shape[-1])
+        memory[segment, position] = x  # (B, S, D), zeros on padding
+        return memory, mask
+
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of every decoder layer, computed once per source: 2 × (L, B, H, S, Dh)."""
         kvs = [layer.encoder_attn.project_memory(memory) for layer in self.decoder_layers]

@@ -78,6 +78,24 @@ def test_teacher_forced_logits_match(family):
     assert (expected - got).abs().max().item() < 1e-4
 
 
+def test_packed_encoding_equals_padded(family):
+    """The engine encodes a batch without padding (one row, a block-diagonal mask): on every real token the
+    encoder output equals the padded batch's, a source with a <pad> token inside included (fairseq numbering
+    skips it)."""
+    _, path, source, _, _, _ = family
+    bundle = load(path)
+    sources = [bundle.source(text, source).ids for text in FAMILY_SENTENCES]
+    assert any(bundle.network.config.pad_token_id in ids for ids in sources)
+    with torch.inference_mode():
+        memory, mask = bundle.network.encode_sources(sources)  # (B, S, D), (B, S)
+        padded = torch.full(mask.shape, bundle.network.config.pad_token_id)
+        for i, ids in enumerate(sources):
+            padded[i, :len(ids)] = torch.tensor(ids)
+        expected = bundle.network.encode(padded, mask)
+    torch.testing.assert_close(memory[mask], expected[mask], atol=1e-4, rtol=1e-4)
+    assert not memory[~mask].any()
+
+
 @pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0)])
 def test_cli_translations_match_generate(family, tmp_path, beams, length_penalty):
     _, path, source, targets, hf_tok, hf_model = family
