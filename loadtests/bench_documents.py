@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import resource
 import statistics
@@ -16,7 +17,7 @@ from num2words import num2words
 from model import Translator, prepare
 from server.dispatch import translate
 from server.domain import TranslationJob
-from server.local import LocalModels
+from server.local import LocalModels, set_engine_threads
 from server.registry import ModelRegistry
 from server.settings import Settings
 
@@ -50,12 +51,13 @@ async def run(args) -> list[tuple[str, str]]:
     said = sentences(args.sentences)
     document = "\n".join(" ".join(said[i:i + 5]) for i in range(0, len(said), 5))
     settings = Settings(max_batch_rows=64, max_document_chars=len(document) + 1, request_timeout_s=600)
-    models = LocalModels(settings, ModelRegistry.from_paths(None))
     translator = Translator.from_pretrained()
     translator.translate(said[:64], target_lang="de", batch_size=64)  # warm-up
     start = time.monotonic()
     translator.translate(said, target_lang="de", batch_size=64)
     direct = len(said) / (time.monotonic() - start)
+    set_engine_threads(len(os.sched_getaffinity(0)), settings)  # as python -m server sets them
+    models = LocalModels(settings, ModelRegistry.from_paths(None))
     job = TranslationJob(texts=(document,), fields=("text",), source_lang="en", target_lang="de")
     start = time.monotonic()
     await translate(models, job)
