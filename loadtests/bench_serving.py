@@ -37,7 +37,7 @@ from server.scheduler import Scheduler
 from server.settings import Settings
 
 from .bench_batching import demo_texts
-from .server import _session_members, served
+from .server import session_members, served
 
 Texts = list[tuple[str, str]]  # (text, target language)
 
@@ -145,7 +145,7 @@ def run_http(url: str, server_pid: int, texts: Texts, clients: int, per_request:
     groups = requests_of(texts, per_request)
     bodies = [{"text": [texts[i][0] for i in g] if per_request > 1 else texts[g[0]][0], "source_lang": "en",
                "target_lang": texts[g[0]][1]} for g in groups]
-    processes = [server_pid, *_session_members(server_pid)]
+    processes = [server_pid, *session_members(server_pid)]
     before = cpu_seconds(processes)
     load = subprocess.run([sys.executable, "-m", "loadtests.http_load", "--url", url + "/v1/translate",
                            "--clients", str(clients)], input=json.dumps(bodies), capture_output=True, text=True,

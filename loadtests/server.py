@@ -56,13 +56,13 @@ def stop_group(process: subprocess.Popen, timeout_s: float = 60.0) -> int:
             os.kill(process.pid, signal.SIGTERM)  # not Popen.send_signal: it would reap the leader
         wait_exited(process, timeout_s)
         _signal_group(process, signal.SIGKILL)  # the leader is unreaped, so the group is still ours
-        for pid in _session_members(process.pid):
+        for pid in session_members(process.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     return process.wait()
 
 
-def _session_members(session_id: int) -> list[int]:
+def session_members(session_id: int) -> list[int]:
     members = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != session_id:

@@ -78,11 +78,6 @@ def proxy_middlewares() -> list:
     return [Middleware(ReplicaLost)]
 
 
-def http_options(host: str, port: int) -> dict:
-    """Serve's HTTP proxy options for this server (serve.start(http_options=...))."""
-    return {"host": host, "port": port}
-
-
 def local_runtime_env(metrics_dir: str) -> dict:
     """The runtime_env of every Ray process this project starts locally."""
     return {"env_vars": {"PROMETHEUS_MULTIPROC_DIR": metrics_dir},
@@ -149,7 +144,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        serve.start(http_options=http_options(settings.host, settings.port))
+        serve.start(http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
         app = build(settings, ModelRegistry.from_paths(args.model), args.max_models_per_replica, args.replicas,
                     num_cpus=args.replica_cpus, num_gpus=args.replica_gpus if gpu else 0)

@@ -1,4 +1,5 @@
-"""Start `python -m server` in a subprocess on a free loopback port and stop it afterwards."""
+"""Start `python -m server` in a subprocess on a free loopback port and stop it afterwards; or serve the app
+in this process through Starlette's TestClient (in_process_client)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ from urllib.parse import urlsplit
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def in_process_client(settings, paths: list[str] | None = None):
+    """The FastAPI app over in-process models (the demo model when `paths` is None), through a TestClient; the
+    models' engine loops stop afterwards."""
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+    from server.local import LocalModels
+    from server.registry import ModelRegistry
+
+    models = LocalModels(settings, ModelRegistry.from_paths(paths))
+    try:
+        with TestClient(create_app(models, settings)) as client:
+            yield client
+    finally:
+        models.close()
 
 
 def free_port() -> int:

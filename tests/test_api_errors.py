@@ -5,7 +5,7 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
-from server_process import Scrape, eventually
+from server_process import Scrape, eventually, in_process_client
 
 from server.app import create_app
 from server.local import LocalModels
@@ -18,10 +18,8 @@ SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_tex
 
 @pytest.fixture(scope="module")
 def client(checkpoint):
-    models = LocalModels(SETTINGS, ModelRegistry.from_paths([str(checkpoint)]))
-    with TestClient(create_app(models, SETTINGS)) as c:
+    with in_process_client(SETTINGS, [str(checkpoint)]) as c:
         yield c
-    models.close()
 
 
 def error_of(response, status):

@@ -6,14 +6,11 @@ import random
 import re
 
 import pytest
-from fastapi.testclient import TestClient
 from num2words import num2words
 from oracles import aligned_span
+from server_process import in_process_client
 
 from model import AlignmentInput, Translator, word_alignments
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=32, max_document_chars=8000, max_input_tokens=64)
@@ -21,10 +18,8 @@ SETTINGS = Settings(max_batch_rows=32, max_document_chars=8000, max_input_tokens
 
 @pytest.fixture(scope="module")
 def client():
-    models = LocalModels(SETTINGS, ModelRegistry.from_paths(None))
-    with TestClient(create_app(models, SETTINGS)) as c:
+    with in_process_client(SETTINGS) as c:
         yield c
-    models.close()
 
 
 @pytest.fixture(scope="module")

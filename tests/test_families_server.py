@@ -5,12 +5,9 @@ import json
 
 import pytest
 from family_fixtures import FAMILY_SENTENCES
-from fastapi.testclient import TestClient
+from server_process import in_process_client
 
 from model import Translator
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=16, max_new_tokens=20)
@@ -19,10 +16,8 @@ SETTINGS = Settings(max_batch_rows=16, max_new_tokens=20)
 @pytest.fixture(scope="module")
 def served(checkpoint, family_checkpoints):
     paths = [str(checkpoint), str(family_checkpoints["nllb"])]
-    models = LocalModels(SETTINGS, ModelRegistry.from_paths(paths))
-    with TestClient(create_app(models, SETTINGS)) as client:
+    with in_process_client(SETTINGS, paths) as client:
         yield client, checkpoint.name, family_checkpoints["nllb"]
-    models.close()
 
 
 def translate(client, **body):

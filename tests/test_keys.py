@@ -2,12 +2,9 @@
 LibreTranslate and DeepL APIs (in-process app, demo model), each API answering in its own shape and status."""
 
 import pytest
-from fastapi.testclient import TestClient
+from server_process import in_process_client
 
-from server.app import create_app
 from server.keys import Keys, QuotaExceeded, RateLimited
-from server.local import LocalModels
-from server.registry import ModelRegistry
 from server.settings import Settings
 
 FORTY_TWO = "forty-two"  # 9 characters
@@ -58,11 +55,8 @@ def test_quota_charged_refunded_on_failure_and_reported():
 
 @pytest.fixture
 def app_client(request):
-    settings = Settings(**request.param)
-    models = LocalModels(settings, ModelRegistry.from_paths(None))
-    with TestClient(create_app(models, settings)) as client:
+    with in_process_client(Settings(**request.param)) as client:
         yield client
-    models.close()
 
 
 def native(client, key):

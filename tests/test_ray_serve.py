@@ -16,7 +16,7 @@ import httpx
 import pytest
 from server_process import Scrape, eventually, free_port, send_and_keep_open
 
-from server.ray_main import PROXY_ENV, http_options, local_runtime_env
+from server.ray_main import PROXY_ENV, local_runtime_env
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ def serve_url(metrics_dir):
             if value is None:
                 del os.environ[name]
     port = free_port()
-    serve.start(http_options=http_options("127.0.0.1", port))
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()

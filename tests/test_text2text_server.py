@@ -6,13 +6,10 @@ import json
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
+from server_process import in_process_client
 from text2text_fixtures import BART_SENTENCES, T5_SENTENCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=16, max_new_tokens=30)
@@ -22,10 +19,8 @@ NAMES = ("t5_v1_1", "bart", "madlad")
 @pytest.fixture(scope="module")
 def served(text2text_checkpoints):
     paths = [str(text2text_checkpoints[name]) for name in NAMES]
-    models = LocalModels(SETTINGS, ModelRegistry.from_paths(paths))
-    with TestClient(create_app(models, SETTINGS)) as client:
+    with in_process_client(SETTINGS, paths) as client:
         yield client, text2text_checkpoints
-    models.close()
 
 
 def expected(path, text: str, **kwargs) -> str:

@@ -5,12 +5,9 @@ import io
 
 import docx
 import pytest
-from fastapi.testclient import TestClient
+from server_process import in_process_client
 
 from model import Translator
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=16, max_texts=2, max_body_bytes=50_000)  # 2 texts a job: files go in chunks
@@ -18,10 +15,8 @@ SETTINGS = Settings(max_batch_rows=16, max_texts=2, max_body_bytes=50_000)  # 2 
 
 @pytest.fixture(scope="module")
 def client():
-    models = LocalModels(SETTINGS, ModelRegistry.from_paths(None))
-    with TestClient(create_app(models, SETTINGS)) as c:
+    with in_process_client(SETTINGS) as c:
         yield c
-    models.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from server.ray_main import LOCAL_RAY_ENV, http_options, local_runtime_env  # noqa: E402
+from server.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
 from server_process import free_port  # noqa: E402
 
 os.environ.update(LOCAL_RAY_ENV)
@@ -30,7 +30,7 @@ def main() -> None:
     try:
         ray.init(address=cluster.address, log_to_driver=False, runtime_env=local_runtime_env(tempfile.mkdtemp()))
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-        serve.start(http_options=http_options("127.0.0.1", free_port()))
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
         app = build(Settings(max_batch_rows=8), ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
         serve.run(app, name="two-nodes", route_prefix="/")
         handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
