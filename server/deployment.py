@@ -7,13 +7,15 @@ Serve's proxy hands an HTTP request to a replica, which serves it with a model i
 deployments (an ingress deployment in front cost more CPU per request than the engine's work on it, measured
 with loadtests.bench_serving). A request for a model this replica does not hold goes on, as a plain domain job,
 through Serve's model multiplexing to a replica that holds it or loads it (LRU, at most max_models_per_replica
-per replica); each model has its own engine, so batches never mix models.
+per replica), or is served right here when Serve picks this replica; each model has its own engine, so batches
+never mix models.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import AsyncIterator
 
@@ -24,6 +26,7 @@ from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
+from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
 
 from . import metrics
 from .app import create_app
@@ -122,32 +125,49 @@ def unwrap(error: Exception) -> Exception:
 
 
 class RemoteModel:
-    """The ModelService interface the app uses, forwarded to the ModelServer replica holding the model."""
+    """The ModelService interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
+    for the model. When it picks this very replica, the job is served here instead: a stream through a handle
+    back to the replica it came from loses items and hangs (Ray 2.60: 61 of 120 such 16-item streams stalled,
+    0 of 120 between two replicas), and a unary call to itself only adds a hop."""
 
-    def __init__(self, handle: DeploymentHandle, name: str):
+    def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
+        self.this_replica, self.local = this_replica, local  # local: async (name) -> ModelService
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
-        try:
-            return await self.handle.translate.remote(job)
-        except Exception as e:
-            raise unwrap(e) from None
+        async with self._route("translate", job) as replica:
+            if replica is not None:
+                return await self.handle.dispatch(replica, job)
+        return await (await self.local(self.name)).translate(job)
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
-        try:
-            return await self.handle.generate.remote(job)
-        except Exception as e:
-            raise unwrap(e) from None
+        async with self._route("generate", job) as replica:
+            if replica is not None:
+                return await self.handle.dispatch(replica, job)
+        return await (await self.local(self.name)).generate(job)
 
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
-        stream = self.handle.options(stream=True).generate_stream.remote(job)
+        async with self._route("generate_stream", job, stream=True) as replica:
+            if replica is not None:
+                stream = self.handle.dispatch(replica, job)
+                try:
+                    async for event in stream:
+                        yield event
+                finally:
+                    stream.cancel()
+                return
+        async for event in (await self.local(self.name)).generate_events(job):
+            yield event
+
+    @asynccontextmanager
+    async def _route(self, method: str, job, stream: bool = False) -> AsyncIterator[ReplicaSelection | None]:
+        """The replica Serve picks for this job, held while the job runs there; None when it is this replica
+        (released at once: the caller then serves the job here). Errors come out as an HTTP client sees them."""
         try:
-            async for event in stream:
-                yield event
+            async with self.handle.options(method_name=method, stream=stream).choose_replica(job) as selection:
+                yield None if selection.replica_id == self.this_replica else selection
         except Exception as e:
             raise unwrap(e) from None
-        finally:
-            stream.cancel()
 
 
 class ReplicaModels:
@@ -161,11 +181,15 @@ class ReplicaModels:
     async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None):
         name = self.registry.resolve(name, source_lang, target_lang)
         if name in self.server.loaded:
-            return (await self.server.load(name)).service  # through the multiplexer: it keeps the LRU order
+            return await self.local(name)
         if self.handle is None:
             context = serve.get_replica_context()
             self.handle = serve.get_deployment_handle(context.deployment, app_name=context.app_name)
-        return RemoteModel(self.handle, name)
+        return RemoteModel(self.handle, name, serve.get_replica_context().replica_id.unique_id, self.local)
+
+    async def local(self, name: str) -> ModelService:
+        """The model in this replica, loaded here if need be, through the multiplexer: it keeps the LRU order."""
+        return (await self.server.load(name)).service
 
     def models(self) -> list[ModelInfo]:
         return [model_info(entry, self.settings) for entry in self.registry.entries.values()]

@@ -308,6 +308,29 @@ def check_lru(url, handle):
     assert translate(url, text="hello", model="nope").status_code == 404
 
 
+def test_streams_for_a_model_the_replica_is_loading_all_finish(serve_url, tiny_models):
+    """Streams ask, four at a time, for the model the replica does not hold (one model per replica, two models
+    taken in turn), so Serve's multiplexing routes them, and it picks this same replica: a stream forwarded over
+    a handle back to its own replica stalled midway (Ray 2.60). Each must end with its final event and [DONE]."""
+
+    async def stream(client, model: str) -> list[str]:
+        body = {"text": "hello world", "model": model, "stream": True, "max_new_tokens": 16}
+        async with client.stream("POST", f"{serve_url}/restream/v1/generate", json=body) as response:
+            assert response.status_code == 200
+            return [line async for line in response.aiter_lines() if line.startswith("data: ")]
+
+    async def turns(handle):
+        async with httpx.AsyncClient(timeout=20) as client:
+            for turn in range(8):
+                model = ("tiny-a", "tiny-b")[turn % 2]
+                for events in await asyncio.gather(*(stream(client, model) for _ in range(4))):
+                    assert events[-1] == "data: [DONE]" and '"finish_reason"' in events[-2], (turn, events)
+                assert (await handle.describe.remote())["models"] == [model]
+
+    with deployed("restream", [str(tiny_models)], replicas=1, max_models_per_replica=1) as handle:
+        asyncio.run(turns(handle))
+
+
 def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
     with deployed("fault", [str(tiny_models / "tiny-a")], replicas=1, health_check_period_s=1) as handle:
         check_replacement(f"{serve_url}/fault", handle)
