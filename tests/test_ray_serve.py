@@ -275,16 +275,22 @@ def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metr
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
 
-        def saturated():
+        def gauges():
             s = process_scrape(metrics_dir, pid)
-            return s.get("s2s_kv_cache_rows_used") == 4 and s.get("s2s_waiting_sequences") == 32 and s
+            return s.get("s2s_kv_cache_rows_used"), s.get("s2s_waiting_sequences")
+
+        def saturated():
+            return gauges() == (4, 32)
 
         long = {"text": "hello world", "max_new_tokens": 250, "beam_size": 2}  # beams: no early </s> (as above)
-        # 2 decode, 32 wait (the engine's queue is full: a replica whose ongoing requests Serve capped at rows +
-        # queue would queue health checks behind them), 2 more get 503 at once
-        connections = [send_and_keep_open(url, "/v1/translate", long) for _ in range(36)]
+        # 2 decode first (sent all at once, a busy engine may admit one while the queue fills), then 32 wait (the
+        # engine's queue is full: a replica whose ongoing requests Serve capped at rows + queue would queue health
+        # checks behind them) and 2 more get 503 at once
+        connections = [send_and_keep_open(url, "/v1/translate", long) for _ in range(2)]
         try:
-            assert eventually(saturated, timeout=30), "the engine never filled its rows and its queue"
+            assert eventually(lambda: gauges()[0] == 4, timeout=30), gauges()
+            connections += [send_and_keep_open(url, "/v1/translate", long) for _ in range(34)]
+            assert eventually(saturated, timeout=30), ("the engine never filled its rows and its queue", gauges())
             for path in ("/healthz", "/readyz"):
                 start = time.monotonic()
                 response = httpx.get(f"{url}{path}", timeout=10)
