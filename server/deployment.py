@@ -17,7 +17,7 @@ import asyncio
 import os
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 import torch
 import ray
@@ -26,7 +26,6 @@ from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
-from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
 
 from . import metrics
 from .app import create_app
@@ -36,6 +35,9 @@ from .domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, Tra
 from .registry import ModelRegistry, model_info
 from .service import ModelService
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
