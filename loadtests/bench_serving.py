@@ -86,7 +86,8 @@ def run_engine(translator: Translator, texts: Texts, clients: int, per_request: 
     params = bundle.decode_params()
     sources = [bundle.source(text, None, lang) for text, lang in texts]
     engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
-    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests)
+    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
+                          settings.max_request_share)
     loop = EngineLoop(engine, scheduler, EngineStats("bench")).start()
     requests = requests_of(texts, per_request)
     outputs, latencies = [""] * len(texts), []

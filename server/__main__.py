@@ -20,7 +20,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Setti
     Settings.add_arguments(p)
     args = p.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__ and k != "model"}
-    return args, Settings.from_env(**overrides)
+    try:
+        return args, Settings.from_env(**overrides)
+    except ValueError as e:  # a value no setting accepts: a usage error, not a traceback
+        p.error(str(e))
 
 
 def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:

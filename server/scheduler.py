@@ -40,8 +40,10 @@ class Update:
 
 
 class Scheduler:
-    def __init__(self, max_rows: int, max_batch_tokens: int, max_queued: int):
+    def __init__(self, max_rows: int, max_batch_tokens: int, max_queued: int, max_request_share: float = 1.0):
         self.max_rows, self.max_batch_tokens, self.max_queued = max_rows, max_batch_tokens, max_queued
+        # rows one request (a group: a document's sentences) may hold while other requests hold rows too
+        self.shared_cap = max(1, int(max_rows * max_request_share))
         self.waiting: deque[SeqRequest] = deque()
         self.running: dict[int, SeqRequest] = {}
         self.to_cancel: list[SeqRequest] = []
@@ -71,7 +73,10 @@ class Scheduler:
         """Admit while rows and the padded encoder batch (group size × longest source) fit. Next in line is the
         oldest waiting sequence of the group (request) holding the fewest rows, so a one-sentence request that
         arrives while a document fills the batch takes the first row that frees; within a group, first come
-        first served. Admission stops at the first sequence that does not fit: nothing skips ahead of it."""
+        first served. While other requests hold rows, a request that holds rows already grows only up to its share
+        (`max_request_share` of the rows): a document then leaves the batch small enough for the others' steps to
+        stay fast (alone, it takes every row). Admission stops at the first sequence that does not fit: nothing
+        skips ahead of it."""
         # A request may have finished in the step during which it was cancelled: nothing left to drop.
         plan = Plan(cancel=[r for r in self.to_cancel if self.running.pop(r.id, None) is not None])
         self.to_cancel = []
@@ -87,6 +92,9 @@ class Scheduler:
             padded = (len(plan.admit) + 1) * max(longest, len(request.source_ids))
             if request.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
                 break
+            own = held[request.group]
+            if own and own + request.rows > self.shared_cap and sum(held.values()) > own:
+                break  # at its share while others decode (least served first: nobody else waiting holds fewer)
             self.waiting.remove(request)
             plan.admit.append(request)
             free_rows -= request.rows

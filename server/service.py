@@ -27,7 +27,8 @@ class ModelService:
         self.name, self.bundle = name, bundle
         self.settings = settings = model_limits(settings, bundle.max_positions)
         engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
-        scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests)
+        scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
+                              settings.max_request_share)
         self.loop = EngineLoop(engine, scheduler, EngineStats(name)).start()
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ class Settings:
     port: int = 8000
     max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
+    max_request_share: float = 0.5  # of the batch rows, one request (a document) may hold while others decode
     max_queued_requests: int = 256  # waiting sequences before new requests get 503
     max_texts: int = 64  # texts in one /v1/translate request
     max_input_tokens: int = 256  # tokens per sequence (a sentence; longer ones are cut)
@@ -33,6 +34,11 @@ class Settings:
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
+
+    def __post_init__(self):
+        if not 0 < self.max_request_share <= 1:
+            raise ValueError(f"max_request_share is a share of the batch rows: above 0, at most 1; got "
+                             f"{self.max_request_share}")
 
     @property
     def beam_limit(self) -> int:

@@ -1,7 +1,7 @@
 """The scheduler's contract with fabricated engine results — no model, no torch: FCFS admission within rows and
 the padded-token budget, all-or-none queueing, cancellation while waiting and while running, and what a step's
-events mean (first step, tokens, finishing). Then the engine loop with a fake engine: a delivery that fails
-cancels only its own request."""
+events mean (first step, tokens, finishing); a document's share of the rows while others decode. Then the engine
+loop with a fake engine: a delivery that fails cancels only its own request."""
 
 import threading
 import time
@@ -178,3 +178,37 @@ def test_a_short_request_takes_the_first_row_a_long_document_frees():
     assert scheduler.schedule().admit == [interactive]  # ahead of the document's 16 waiting sentences
     scheduler.update([Event(document[1].id, None, [hypothesis(2)])], now=2.0)
     assert scheduler.schedule().admit == [document[4]]  # then the document goes on, in its own order
+
+
+def test_a_document_grows_only_to_its_share_while_others_decode():
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=1000, max_queued=100, max_request_share=0.5)
+    document = [SeqRequest([1, 2, 3], SimpleNamespace(num_beams=1), lambda o: None) for _ in range(20)]
+    for sentence in document[1:]:
+        sentence.group = document[0].group
+    scheduler.add(document)
+    assert scheduler.schedule().admit == document[:8]  # alone, the document takes every row
+    interactive = request(3)
+    scheduler.add([interactive])
+    finished = [Event(s.id, None, [hypothesis(2)]) for s in document[:3]]  # three rows free
+    scheduler.update(finished, now=1.0)
+    assert scheduler.schedule().admit == [interactive]  # the document holds 5 > 4: its share while others decode
+    scheduler.update([Event(s.id, None, [hypothesis(2)]) for s in document[3:4]], now=2.0)
+    assert scheduler.schedule().admit == []  # 4 rows: at its share, though 3 rows are free
+    wide = request(3, beams=6)  # a new request's first sequence is never held back by a share
+    scheduler.add([wide])
+    scheduler.update([Event(interactive.id, None, [hypothesis(2)])], now=3.0)
+    assert scheduler.schedule().admit == []  # 4 rows free, the beam request needs 6: it waits, and nothing skips it
+    scheduler.update([Event(s.id, None, [hypothesis(2)]) for s in document[4:6]], now=4.0)
+    assert scheduler.schedule().admit == [wide]
+    scheduler.update([Event(wide.id, None, [hypothesis(2)])], now=5.0)
+    assert scheduler.schedule().admit == document[8:14]  # alone again: every free row
+
+
+@pytest.mark.parametrize("share", ["0", "1.5"])
+def test_a_share_outside_zero_to_one_is_a_usage_error_naming_it(share, capsys):
+    from server.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--max-request-share", share])
+    assert info.value.code == 2 and "max_request_share" in capsys.readouterr().err
+    assert parse_args(["--max-request-share", "0.25"])[1].max_request_share == 0.25
