@@ -26,6 +26,14 @@ def request(tokens: int, beams: int = 1, deliver=lambda output: None) -> SeqRequ
     return SeqRequest(list(range(tokens)), SimpleNamespace(num_beams=beams), deliver)
 
 
+def sentences_of_one_request(n: int) -> list[SeqRequest]:
+    """A document's sentences: one scheduler group."""
+    document = [request(3) for _ in range(n)]
+    for sentence in document[1:]:
+        sentence.group = document[0].group
+    return document
+
+
 def hypothesis(n: int):
     return SimpleNamespace(token_ids=list(range(n)))
 
@@ -166,9 +174,7 @@ def test_a_failing_delivery_cancels_only_its_own_request():
 
 def test_a_short_request_takes_the_first_row_a_long_document_frees():
     scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_queued=100)
-    document = [SeqRequest([1, 2, 3], SimpleNamespace(num_beams=1), lambda o: None) for _ in range(20)]
-    for sentence in document[1:]:
-        sentence.group = document[0].group  # one request's sentences share a group
+    document = sentences_of_one_request(20)
     scheduler.add(document)
     assert scheduler.schedule().admit == document[:4]  # alone, the document takes every row
     interactive = request(3)
@@ -182,9 +188,7 @@ def test_a_short_request_takes_the_first_row_a_long_document_frees():
 
 def test_a_document_grows_only_to_its_share_while_others_decode():
     scheduler = Scheduler(max_rows=8, max_batch_tokens=1000, max_queued=100, max_request_share=0.5)
-    document = [SeqRequest([1, 2, 3], SimpleNamespace(num_beams=1), lambda o: None) for _ in range(20)]
-    for sentence in document[1:]:
-        sentence.group = document[0].group
+    document = sentences_of_one_request(20)
     scheduler.add(document)
     assert scheduler.schedule().admit == document[:8]  # alone, the document takes every row
     interactive = request(3)
