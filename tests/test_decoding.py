@@ -128,6 +128,7 @@ def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
     assert isinstance(model.lm_head, OneDNNLinear)
+    assert model.decoder_layers[0].ffn.fc1.weight.layout == torch._mkldnn  # packed once at load
     src = torch.tensor([[5, 6, 7, model.config.eos_token_id]])
     tgt = torch.tensor([[model.config.decoder_start_token_id, 8, 9]])
     keys = list(model.state_dict())
@@ -136,10 +137,32 @@ def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
         use_onednn_linears(model, enable=False)
         plain = model(src, src != model.config.pad_token_id, tgt)
     assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
+    assert not any(p.layout == torch._mkldnn for p in model.parameters())
     assert (routed - plain).abs().max().item() < 1e-4
     assert list(model.state_dict()) == keys
     if model.config.tie_word_embeddings:
         assert model.lm_head.weight is model.decoder_embed.weight
+
+
+def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_products():
+    """A weight packed into oneDNN's layout unpacks to the same numbers and multiplies as the plain one does, at one
+    row (another kernel: within float rounding) and at many; a weight two modules share stays plain."""
+    from model.cpu_kernels import use_onednn_linears
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(64, 10), torch.nn.Embedding(10, 64))
+    model[1].weight = model[2].weight  # tied, as an output projection and its embedding
+    original = [m.weight.detach().clone() for m in model[:2]]
+    use_onednn_linears(model)
+    assert model[0].weight.layout == torch._mkldnn and model[1].weight is model[2].weight
+    with torch.inference_mode():
+        for rows in (1, 4, 33):
+            x = torch.randn(rows, 64)
+            assert torch.allclose(model[0](x), torch.nn.functional.linear(x, original[0], model[0].bias), atol=1e-5)
+    use_onednn_linears(model, enable=False)
+    assert torch.equal(model[0].weight, original[0]) and model[1].weight is model[2].weight
 
 
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
