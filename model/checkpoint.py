@@ -74,6 +74,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     model.load_state_dict(loaded, strict=False)
     missing = {name for name, _ in model.named_parameters()} - set(loaded) - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
+    del state, expected, loaded  # the file's tensors and views of the weights: freed before the weights are packed
     model = model.to(device=device, dtype=dtype).eval()
     if model.device.type == "cpu" and dtype == torch.float32:
         use_onednn_linears(model)
