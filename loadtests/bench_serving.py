@@ -1,7 +1,8 @@
 """The serving path against the engine, in one go on one machine: `Translator.translate`, the engine loop
-in-process, HTTP without Ray (`python -m server --no-ray`) and HTTP through Ray Serve (`python -m server`).
+in-process, HTTP without Ray (`python -m server --no-ray`, one process and `--workers 2`) and HTTP through Ray
+Serve (`python -m server`).
 
-    python -m loadtests.bench_serving [--texts 2000] [--clients 1,32] [--texts-per-request 1,8]
+    python -m loadtests.bench_serving [--texts 2000] [--clients 1,32] [--texts-per-request 1,8] [--workers 1,2]
 
 Every path gets the same demo texts (number words of mixed magnitudes, four target languages, greedy).
 Closed-loop clients send their next request when the previous answer has arrived; HTTP load comes from
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", default="1,32")
     p.add_argument("--texts-per-request", default="1,8")
     p.add_argument("--paths", default="engine,no-ray,ray")
+    p.add_argument("--workers", default="1,2", help="worker processes of the --no-ray servers measured")
     p.add_argument("--port", type=int, default=8031)
     p.add_argument("--server-args", default="", help="extra arguments for both servers")
     args = p.parse_args(argv)
@@ -208,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         set_engine_threads(len(os.sched_getaffinity(0)), Settings())  # as `python -m server` sets them
         matrix(lambda share, c, k: run_engine(translator, share, c, k, Settings()))
     url = f"http://127.0.0.1:{args.port}"
-    for path, server_args in (("no-ray", "--no-ray"), ("ray", "")):
+    servers = [("no-ray", "--no-ray" + (f" --workers {w}" if w != "1" else "")) for w in args.workers.split(",")]
+    for path, server_args in servers + [("ray", "")]:
         if path not in paths:
             continue
         name = f"HTTP, python -m server {server_args}".rstrip()

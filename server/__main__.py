@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from .ray_main import add_ray_arguments
@@ -21,36 +20,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Setti
     args = p.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__ and k != "model"}
     try:
-        return args, Settings.from_env(**overrides)
+        settings = Settings.from_env(**overrides)
     except ValueError as e:  # a value no setting accepts: a usage error, not a traceback
         p.error(str(e))
-
-
-def serve_without_ray(args: argparse.Namespace, settings: Settings) -> None:
-    import uvicorn
-
-    from .app import create_app
-    from .local import LocalModels, set_engine_threads
-    from .registry import ModelRegistry
-
-    set_engine_threads(len(os.sched_getaffinity(0)), settings)
-    models = LocalModels(settings, ModelRegistry.from_paths(args.model))
-    app = create_app(models, settings)
-    print(f"serving {', '.join(models.services)} at http://{settings.host}:{settings.port}", flush=True)
-    try:
-        # On SIGTERM/Ctrl-C uvicorn stops accepting connections and lets in-flight requests finish.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                    timeout_graceful_shutdown=settings.drain_timeout_s)
-    finally:
-        models.close()
+    if settings.workers > 1 and not args.no_ray:
+        p.error("--workers is for --no-ray; under Ray Serve, --replicas sets the model replicas")
+    return args, settings
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args, settings = parse_args(argv)
     if args.no_ray:
-        serve_without_ray(args, settings)
-        return 0
+        from .workers import serve
+
+        return serve(args.model, settings)
     from .ray_main import serve_with_ray
 
     return serve_with_ray(args, settings)

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import torch
 import ray
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
@@ -39,7 +38,6 @@ from .settings import Settings
 if TYPE_CHECKING:
     from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
 
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
 
 
@@ -202,12 +200,7 @@ class ReplicaModels:
 
     def metrics_text(self) -> bytes:
         """One scrape for every replica process on this node (prometheus-client multiprocess mode)."""
-        if METRICS_DIR_ENV not in os.environ:
-            return generate_latest(REGISTRY)
-        metrics.reap_dead_processes(os.environ[METRICS_DIR_ENV])
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=os.environ[METRICS_DIR_ENV])
-        return generate_latest(registry)
+        return metrics.scrape()
 
 
 def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: int = 4, replicas: int = 1,

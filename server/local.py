@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from prometheus_client import REGISTRY, generate_latest
 
 from model import load
 
+from . import metrics
 from .domain import ModelInfo
 from .registry import ModelEntry, ModelRegistry, model_info
 from .service import ModelService
@@ -65,7 +65,7 @@ class LocalModels:
         return services_health(list(self.services.values()), stale_after_s)
 
     def metrics_text(self) -> bytes:
-        return generate_latest(REGISTRY)
+        return metrics.scrape()
 
     def close(self) -> None:
         for service in self.services.values():

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 
-from prometheus_client import Counter, Gauge, Histogram, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-# In multiprocess mode (Ray Serve replicas) every process writes its samples into this directory.
-if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+# In multiprocess mode (Ray Serve replicas, --no-ray workers) every process writes its samples into this directory.
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+if os.environ.get(METRICS_DIR_ENV):
+    os.makedirs(os.environ[METRICS_DIR_ENV], exist_ok=True)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
@@ -108,6 +109,16 @@ def reap_dead_processes(path: str) -> None:
         match = re.fullmatch(r"gauge_live\w*_(\d+)\.db", name)
         if match and not pid_alive(int(match.group(1))):
             multiprocess.mark_process_dead(int(match.group(1)), path)
+
+
+def scrape() -> bytes:
+    """The /metrics text: this process's metrics, or in multiprocess mode those of every process on this node."""
+    if METRICS_DIR_ENV not in os.environ:
+        return generate_latest(REGISTRY)
+    reap_dead_processes(os.environ[METRICS_DIR_ENV])
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=os.environ[METRICS_DIR_ENV])
+    return generate_latest(registry)
 
 
 def pid_alive(pid: int) -> bool:

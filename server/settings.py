@@ -14,6 +14,7 @@ class Settings:
     dtype: str = "auto"  # auto = float16 on cuda, float32 on cpu
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model
     max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
     max_request_share: float = 0.5  # of the batch rows, one request (a document) may hold while others decode
@@ -36,6 +37,8 @@ class Settings:
     download_ttl_s: float = 600.0  # how long a translated file stays there
 
     def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
         if not 0 < self.max_request_share <= 1:
             raise ValueError(f"max_request_share is a share of the batch rows: above 0, at most 1; got "
                              f"{self.max_request_share}")

@@ -1,0 +1,141 @@
+"""`python -m server --no-ray`: the HTTP app and every model in this process, or with `--workers N` in N
+processes that share the port, each with its own copy of the models, engine loops and torch threads (the cores
+split between them).
+
+Why workers: in one process the event loop and the engine threads share one interpreter lock and leave cores
+idle under load (README, serving-path benchmark). What is per worker, as per replica under Ray Serve: key rate
+limits and quotas, translated files waiting for download, and each model's batch. Metrics are one scrape over
+every worker (prometheus-client's multiprocess files). A worker that dies is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from multiprocessing.synchronize import Event
+
+from fastapi import FastAPI
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def serve(model_paths: list[str] | None, settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT; the exit code."""
+    from .registry import ModelRegistry
+
+    names = ", ".join(ModelRegistry.from_paths(model_paths).entries)
+    if settings.workers == 1:
+        app = build_app(model_paths, settings, machine_cores())
+        print(f"serving {names} at http://{settings.host}:{settings.port}", flush=True)
+        run_uvicorn(app, settings, sockets=None)
+        return 0
+    # Before any worker imports prometheus-client: the mode is chosen when it is imported.
+    metrics_dir = tempfile.mkdtemp(prefix="s2s-metrics-")
+    os.environ[METRICS_DIR_ENV] = metrics_dir
+    print(f"serving {names} at http://{settings.host}:{settings.port} from {settings.workers} worker processes",
+          flush=True)
+    try:
+        return Supervisor(model_paths, settings).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def run_uvicorn(app: FastAPI, settings: Settings, sockets: list[socket.socket] | None) -> None:
+    import uvicorn
+
+    # On SIGTERM/Ctrl-C uvicorn stops accepting connections and lets in-flight requests finish.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=settings.drain_timeout_s)
+    uvicorn.Server(config).run(sockets=sockets)
+
+
+class Supervisor:
+    """Starts the workers, starts a new one for each that dies, and on SIGTERM/SIGINT stops them all (each drains
+    its requests). A worker that dies before it ever served stops the server: the next one would fail alike."""
+
+    def __init__(self, model_paths: list[str] | None, settings: Settings):
+        self.context = multiprocessing.get_context("spawn")
+        self.model_paths, self.settings = model_paths, settings
+        self.stopping = threading.Event()
+        self.workers: list[tuple[multiprocessing.Process, Event]] = []
+
+    def start_worker(self) -> tuple[multiprocessing.Process, Event]:
+        started = self.context.Event()
+        process = self.context.Process(target=run_worker, args=(self.model_paths, self.settings, started),
+                                       name="s2s-worker")
+        process.start()
+        return process, started
+
+    def run(self) -> int:
+        failed = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        self.workers = [self.start_worker() for _ in range(self.settings.workers)]
+        while not self.stopping.wait(0.5):
+            for i, (process, started) in enumerate(self.workers):
+                if process.is_alive():
+                    continue
+                if not started.is_set():
+                    log.error("worker %d exited (%s) before it served; stopping", process.pid, process.exitcode)
+                    failed = True
+                    self.stopping.set()
+                    break
+                log.warning("worker %d exited (%s); starting another", process.pid, process.exitcode)
+                self.workers[i] = self.start_worker()
+        for process, _ in self.workers:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: the worker drains its requests, as a single server does
+        for process, _ in self.workers:
+            process.join(self.settings.drain_timeout_s + 10)
+            if process.is_alive():
+                process.kill()
+        return 1 if failed else 0
+
+
+def run_worker(model_paths: list[str] | None, settings: Settings, started: Event) -> None:
+    """One worker process on its own socket bound to the shared port: with SO_REUSEPORT the kernel spreads new
+    connections over the workers' sockets (on one shared socket, whichever worker woke first took a whole burst)."""
+    os.setpgrp()  # Ctrl-C reaches the supervisor only, which stops each worker once (a second signal would cut
+    # uvicorn's drain short)
+    threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    app = build_app(model_paths, settings, machine_cores() / settings.workers)
+    app.router.on_startup.append(started.set)
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((settings.host, settings.port))
+    run_uvicorn(app, settings, sockets=[sock])
+
+
+def stop_when_orphaned(parent: int) -> None:
+    """A worker whose supervisor died (SIGKILL) drains and exits instead of serving on alone."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def build_app(model_paths: list[str] | None, settings: Settings, cores: float) -> FastAPI:
+    """The app over in-process models, their engines given `cores`; the engines stop when the app shuts down."""
+    from .app import create_app
+    from .local import LocalModels, set_engine_threads
+    from .registry import ModelRegistry
+
+    set_engine_threads(cores, settings)
+    models = LocalModels(settings, ModelRegistry.from_paths(model_paths))
+    app = create_app(models, settings)
+    app.router.on_shutdown.append(models.close)
+    return app
+
+
+def machine_cores() -> int:
+    return len(os.sched_getaffinity(0))
