@@ -11,7 +11,15 @@ from __future__ import annotations
 import os
 import re
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 # In multiprocess mode (Ray Serve replicas, --no-ray workers) every process writes its samples into this directory.
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
