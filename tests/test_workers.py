@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -30,6 +31,13 @@ def workers_of(server_pid: int) -> set[int]:
         if parent == server_pid and b"spawn_main" in cmdline:
             pids.add(int(entry.name))
     return pids
+
+
+def listeners(url: str) -> int:
+    """Sockets listening on the url's port: one per worker that serves (each binds its own)."""
+    port = f"{urlsplit(url).port:04X}"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for row in rows if row[1].endswith(":" + port) and row[3] == "0A")
 
 
 def metrics_dir_of(pid: int) -> Path:
@@ -57,6 +65,7 @@ def test_two_workers_serve_one_port_and_one_metrics_page_and_replace_a_killed_wo
         pid = server.proc.pid
         workers = eventually(lambda: len(workers_of(pid)) == 2 and workers_of(pid))
         assert workers, "two worker processes"
+        assert eventually(lambda: listeners(server.url) == 2, timeout=60), "both workers serving"
         metrics_dir = metrics_dir_of(next(iter(workers)))
         before = Scrape.of(server.url)
 
@@ -67,6 +76,8 @@ def test_two_workers_serve_one_port_and_one_metrics_page_and_replace_a_killed_wo
 
         killed = min(workers)
         os.kill(killed, signal.SIGKILL)
+        # Connections the kernel queued on the dying worker's socket are reset with it, as its requests are.
+        assert eventually(lambda: listeners(server.url) == 1), "the killed worker's socket closed"
         survivor_texts = [httpx.post(server.url + "/v1/translate", json=b, timeout=60).json()["translations"][0]["text"]
                           for b in after_kill]
         assert survivor_texts == reference[len(concurrent):]
@@ -74,7 +85,7 @@ def test_two_workers_serve_one_port_and_one_metrics_page_and_replace_a_killed_wo
         replaced = eventually(lambda: len(workers_of(pid)) == 2 and killed not in workers_of(pid) and workers_of(pid),
                               timeout=60)
         assert replaced, f"the killed worker {killed} was not replaced: {workers_of(pid)}"
-        assert eventually(lambda: httpx.get(server.url + "/readyz", timeout=5).status_code == 200)
+        assert eventually(lambda: listeners(server.url) == 2, timeout=60), "the new worker serving"
         # Both workers' counts, the killed one's included, in every scrape.
         assert Scrape.of(server.url).delta(before, "s2s_requests_total", **TRANSLATED) == len(concurrent) + len(after_kill)
         assert len({p.name.rpartition("_")[2] for p in metrics_dir.glob("counter_*.db")}) >= 2
