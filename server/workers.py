@@ -23,10 +23,10 @@ from multiprocessing.synchronize import Event
 
 from fastapi import FastAPI
 
+from .metrics import METRICS_DIR_ENV
 from .settings import Settings
 
 log = logging.getLogger(__name__)
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def serve(model_paths: list[str] | None, settings: Settings) -> int:
