@@ -120,9 +120,11 @@ def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
 
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
-         normalize_punctuation: bool = False, weights: bool = True) -> ModelBundle:
+         normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True) -> ModelBundle:
     """A checkpoint directory (None: the embedded demo model) → ModelBundle. weights=False loads only the
-    tokenizer and configs (network None), to describe a model without its memory."""
+    tokenizer and configs (network None), to describe a model without its memory. pack_tied_output (float32 on
+    the CPU): an output projection tied to the embeddings multiplies by a packed copy of them (faster steps, a
+    second vocabulary × d_model matrix in memory)."""
     model_dir = Path(path) if path is not None else demo_model_dir()
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a model directory")
@@ -134,7 +136,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     network = None
     if weights:
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
-                               dtype=DTYPES.get(dtype, torch.float32))
+                               dtype=DTYPES.get(dtype, torch.float32), pack_tied_output=pack_tied_output and dtype != "int8")
         if dtype == "int8":
             network = quantize_int8(network)
     normalize = None

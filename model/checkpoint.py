@@ -42,7 +42,10 @@ def weights_path(model_dir: Path) -> Path:
 
 
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Seq2SeqTransformer:
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                 pack_tied_output: bool = True) -> Seq2SeqTransformer:
+    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
+    projection with its own packed copy of the embedding matrix when pack_tied_output."""
     path = weights_path(model_dir)
     state = read_state_dict(path)
     model = Seq2SeqTransformer(config)
@@ -77,7 +80,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     del state, expected, loaded  # the file's tensors and views of the weights: freed before the weights are packed
     model = model.to(device=device, dtype=dtype).eval()
     if model.device.type == "cpu" and dtype == torch.float32:
-        use_onednn_linears(model)
+        use_onednn_linears(model, pack_shared=pack_tied_output)
     return model
 
 

@@ -37,7 +37,8 @@ def set_engine_threads(cpus: float, settings: Settings) -> int:
 
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     device, dtype = resolve_device(settings)
-    return ModelService(entry.name, load(entry.path, device=device, dtype=dtype), settings)
+    bundle = load(entry.path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
+    return ModelService(entry.name, bundle, settings)
 
 
 def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:

@@ -12,6 +12,7 @@ class Settings:
     model: str | None = None  # checkpoint directory; None = the embedded demo model
     device: str = "auto"  # auto = cuda when available
     dtype: str = "auto"  # auto = float16 on cuda, float32 on cpu
+    pack_tied_output: bool = True  # float32 on cpu: a tied output projection gets a packed copy (faster, more memory)
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model
@@ -79,8 +80,15 @@ class Settings:
                                 help=f"(env {cls.env_name(f.name)}; default {f.default})")
 
 
+def boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"expected true or false (1/0, yes/no, on/off), got {raw!r}")
+    return value in ("1", "true", "yes", "on")
+
+
 def _type(f):
-    return {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+    return {"int": int, "float": float, "bool": boolean}.get(str(f.type).split(" ")[0], str)
 
 
 def _parse(f, raw: str):

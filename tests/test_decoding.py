@@ -144,9 +144,33 @@ def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
         assert model.lm_head.weight is model.decoder_embed.weight
 
 
-def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_products():
+def test_a_tied_output_projection_multiplies_by_a_packed_copy_unless_told_not_to(checkpoint):
+    """load() gives a tied output projection a packed copy of the embeddings (pack_tied_output, the server's
+    SERVER_PACK_TIED_OUTPUT); either way the weight stays tied and the logits are the same."""
+    from server.settings import Settings
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    packed, plain = (load(checkpoint, pack_tied_output=pack).network for pack in (True, False))
+    assert packed.config.tie_word_embeddings
+    assert packed.lm_head.weight is packed.decoder_embed.weight and plain.lm_head.weight is plain.decoder_embed.weight
+    assert packed.lm_head.packed_copy is not None and plain.lm_head.packed_copy is None
+    src = torch.tensor([[5, 6, 7, packed.config.eos_token_id]] * 4)
+    tgt = torch.tensor([[packed.config.decoder_start_token_id, 8, 9]] * 4)
+    with torch.inference_mode():
+        mask = src != packed.config.pad_token_id
+        assert torch.equal(packed(src, mask, tgt), plain(src, mask, tgt))  # 4 rows and more: identical
+    assert Settings().pack_tied_output
+    assert not Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "false"}).pack_tied_output
+    with pytest.raises(ValueError, match="expected true or false"):
+        Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "sometimes"})
+
+
+@pytest.mark.parametrize("pack_shared", [True, False])
+def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_products(pack_shared):
     """A weight packed into oneDNN's layout unpacks to the same numbers and multiplies as the plain one does, at one
-    row (another kernel: within float rounding) and at many; a weight two modules share stays plain."""
+    row (another kernel: within float rounding) and at many; a weight two modules share stays plain and tied, and
+    with pack_shared its Linear multiplies by a packed copy of it, alike."""
     from model.cpu_kernels import use_onednn_linears
 
     if not torch.backends.mkldnn.is_available():
@@ -154,15 +178,23 @@ def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_product
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(64, 10), torch.nn.Embedding(10, 64))
     model[1].weight = model[2].weight  # tied, as an output projection and its embedding
-    original = model[0].weight.detach().clone()
-    use_onednn_linears(model)
+    originals = [model[i].weight.detach().clone() for i in (0, 1)]
+    keys = list(model.state_dict())
+    use_onednn_linears(model, pack_shared=pack_shared)
     assert model[0].weight.layout == torch._mkldnn and model[1].weight is model[2].weight
+    assert model[1].weight.layout == torch.strided and list(model.state_dict()) == keys
+    assert (model[1].packed_copy is not None) == pack_shared
+    if pack_shared:
+        assert model[1].packed_copy.layout == torch._mkldnn
+        assert torch.equal(model[1].packed_copy.to_dense(), originals[1])
     with torch.inference_mode():
         for rows in (1, 4, 33):
             x = torch.randn(rows, 64)
-            assert torch.allclose(model[0](x), torch.nn.functional.linear(x, original, model[0].bias), atol=1e-5)
+            for linear, original in zip(model, originals):
+                assert torch.allclose(linear(x), torch.nn.functional.linear(x, original, linear.bias), atol=1e-5)
     use_onednn_linears(model, enable=False)
-    assert torch.equal(model[0].weight, original) and model[1].weight is model[2].weight
+    assert torch.equal(model[0].weight, originals[0]) and model[1].weight is model[2].weight
+    assert "packed_copy" not in vars(model[1])
 
 
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
