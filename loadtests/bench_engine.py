@@ -25,6 +25,11 @@ Each engine runs in its own process, one after the other: CTranslate2's OpenMP t
 while after each call, and in one process they slowed every engine measured after them by up to 2×.
 Prints a markdown table of generated tokens/s, per-batch latency (median of timed runs after warm-ups), the
 speed-up over transformers and over CTranslate2 float32, and whether greedy outputs agree with transformers.
+
+`--rounds R` (R > 1) pairs the engines for a noisy machine: each cell is measured R times per engine, the engines
+taking turns cell by cell (a fresh process per turn, their order reversed every other round), so the engines
+compared in a round ran seconds apart. The table then shows the median over rounds, each ratio is the median of
+that round's ratios, and the ratio to CTranslate2 float32 also its lowest and highest round.
 """
 
 from __future__ import annotations
@@ -366,12 +371,34 @@ def read_bandwidth() -> float:
     return x.numel() * x.element_size() / seconds
 
 
-def run_worker(engine_name: str, args: argparse.Namespace) -> list[dict]:
+def run_worker(engine_name: str, args: argparse.Namespace, batches: str, beams: str) -> list[dict]:
     command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--shape", args.shape,
-               "--out", args.out, "--batches", args.batches, "--beams", args.beams, "--warmup", str(args.warmup),
+               "--out", args.out, "--batches", batches, "--beams", beams, "--warmup", str(args.warmup),
                "--runs", str(args.runs)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def measure_rounds(engines: list[str], cells: list[tuple[int, int]], args: argparse.Namespace) -> list[list[dict]]:
+    """Every engine on every cell: one round with all cells in each engine's one process, or `args.rounds` rounds
+    with the engines taking turns cell by cell. → a list of rounds, each a list of results."""
+    if args.rounds == 1:
+        results = []
+        for engine_name in engines:
+            print(f"measuring {engine_name} ...", file=sys.stderr, flush=True)
+            results += run_worker(engine_name, args, args.batches, args.beams)
+        return [results]
+    rounds = [[] for _ in range(args.rounds)]
+    for beams, batch in cells:
+        for i, results in enumerate(rounds):
+            print(f"beams {beams} batch {batch}, round {i + 1} of {args.rounds} ...", file=sys.stderr, flush=True)
+            for engine_name in engines[::-1] if i % 2 else engines:
+                results += run_worker(engine_name, args, str(batch), str(beams))
+    return rounds
+
+
+def median_of(rounds: list[dict], key: tuple, value: Callable[[dict], float]) -> float:
+    return statistics.median(value(r[key]) for r in rounds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -384,8 +411,12 @@ def main(argv: list[str] | None = None) -> None:
                                      "(nllb-600m: transformers,ct2-float32,ours); from " + ",".join(ENGINES))
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1, help="> 1: the engines take turns cell by cell, this many "
+                                                          "rounds (medians and paired ratios)")
     p.add_argument("--worker", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     shape = SHAPES[args.shape]
     args.batches, args.beams = args.batches or shape.batches, args.beams or shape.beams
     args.engines = args.engines or shape.engines
@@ -394,39 +425,47 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         measure(args.worker, path, Workload.of(shape, path), cells, args.warmup, args.runs)
         return
-    results = {}  # (engine name, beams, batch) → result
-    for engine_name in args.engines.split(","):
-        print(f"measuring {engine_name} ...", file=sys.stderr, flush=True)
-        for result in run_worker(engine_name, args):
-            results[result["engine"], result["beams"], result["batch"]] = result
+    rounds = [{(r["engine"], r["beams"], r["batch"]): r for r in results}  # (engine name, beams, batch) → result
+              for results in measure_rounds(args.engines.split(","), cells, args)]
+    results = rounds[0]
     names = list(dict.fromkeys(name for name, _, _ in results))  # in the order measured
     forced = f" (the first forced to {shape.target_lang})" if shape.target_lang else ""
+    paired = (f"; {args.rounds} rounds, the engines taking turns cell by cell: medians over rounds, ratios the "
+              f"median of each round's (lowest–highest round)" if args.rounds > 1 else "")
     print(f"machine: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
           f"its own process; shape {args.shape}; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per "
-          f"sequence{forced}; median of {args.runs} runs after {args.warmup} warm-ups\n")
+          f"sequence{forced}; median of {args.runs} runs after {args.warmup} warm-ups{paired}\n")
     print("| engine | beams | batch | tokens/s | ms per batch | × transformers | × CT2 float32 | greedy agrees |")
     print("|---|---|---|---|---|---|---|---|")
     for beams, batch in cells:
-        reference = results.get((TransformersEngine.name, beams, batch))
-        ct2 = results.get(("CTranslate2 float32", beams, batch))
+        reference_key, ct2_key = (TransformersEngine.name, beams, batch), ("CTranslate2 float32", beams, batch)
         for name in names:
-            r = results[name, beams, batch]
-            agree = "" if reference is None or beams > 1 else \
-                f"{sum(a == b for a, b in zip(r['outputs'], reference['outputs']))}/{batch}"
-            versus = [f"{other['seconds'] / r['seconds']:.2f}" if other else "" for other in (reference, ct2)]
-            print(f"| {name} | {beams} | {batch} | {batch * NEW_TOKENS / r['seconds']:,.0f} | "
-                  f"{r['seconds'] * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
-    floors = [r for r in results.values() if r["beams"] == 1 and r["batch"] == 1 and r.get("step_bytes")]
+            key = (name, beams, batch)
+            r = results[key]
+            seconds = median_of(rounds, key, lambda r: r["seconds"])
+            agree = "" if reference_key not in results or beams > 1 else \
+                f"{sum(a == b for a, b in zip(r['outputs'], results[reference_key]['outputs']))}/{batch}"
+            versus = []
+            for other in (reference_key, ct2_key):
+                if other not in results:
+                    versus.append("")
+                    continue
+                ratios = [round_[other]["seconds"] / round_[key]["seconds"] for round_ in rounds]
+                spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(rounds) > 1 and other == ct2_key else ""
+                versus.append(f"{statistics.median(ratios):.2f}{spread}")
+            print(f"| {name} | {beams} | {batch} | {batch * NEW_TOKENS / seconds:,.0f} | "
+                  f"{seconds * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
+    floors = [(key, r) for key, r in results.items() if r["beams"] == 1 and r["batch"] == 1 and r.get("step_bytes")]
     if floors:
         bandwidth = read_bandwidth()
         print(f"\nBatch-1 greedy decoder step against the weight-read floor (weight bytes per step / measured read "
               f"bandwidth {bandwidth / 1e9:.1f} GB/s):\n")
         print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")
         print("|---|---|---|---|---|")
-        for r in floors:
-            floor = r["step_bytes"] / bandwidth
+        for key, r in floors:
+            floor, step = r["step_bytes"] / bandwidth, median_of(rounds, key, lambda r: r["step_seconds"])
             print(f"| {r['engine']} | {r['step_bytes'] / 1e6:,.0f} | {floor * 1000:.2f} | "
-                  f"{r['step_seconds'] * 1000:.2f} | {r['step_seconds'] / floor:.2f} |")
+                  f"{step * 1000:.2f} | {step / floor:.2f} |")
 
 
 if __name__ == "__main__":
