@@ -14,8 +14,10 @@ about 1e-6 (another kernel), as MKL's do.
 A weight another module shares stays plain, since the other module reads it as it is: a tied output projection
 shares the embedding matrix, which the embedding looks rows up in. Such a Linear can multiply by a packed copy
 of its own (`pack_shared`), at the memory of a second matrix (vocabulary × d_model × 4 bytes: 119 MB for
-opus-mt-en-de, 1.05 GB for NLLB-200-600M). On the opus-mt-en-de shape it measured, greedy batch 1 / 8 / 32,
-255 → 242, 391 → 328, 846 → 748 ms per batch of 32 tokens, beam 4 batch 1 345 → 248 ms, the same outputs.
+opus-mt-en-de, 1.05 GB for NLLB-200-600M). Measured in one process, alternately with and without the copy, ms per
+batch of 32 new tokens: opus-mt-en-de shape greedy batch 1 / 8 / 32 264 → 241, 393 → 327, 867 → 751, beam 4
+batch 1 / 32 344 → 246, 2,204 → 2,072; NLLB-600M shape greedy batch 1 / 8 1,265 → 1,071, 2,568 → 1,795; the same
+outputs.
 """
 
 from __future__ import annotations
