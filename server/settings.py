@@ -59,7 +59,10 @@ class Settings:
         for f in fields(cls):
             raw = environ.get(cls.env_name(f.name))
             if raw is not None:
-                values[f.name] = _parse(f, raw)
+                try:
+                    values[f.name] = _parse(f, raw)
+                except ValueError as e:
+                    raise ValueError(f"{cls.env_name(f.name)}: {e}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

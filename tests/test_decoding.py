@@ -162,7 +162,7 @@ def test_a_tied_output_projection_multiplies_by_a_packed_copy_unless_told_not_to
         assert torch.equal(packed(src, mask, tgt), plain(src, mask, tgt))  # 4 rows and more: identical
     assert Settings().pack_tied_output
     assert not Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "false"}).pack_tied_output
-    with pytest.raises(ValueError, match="expected true or false"):
+    with pytest.raises(ValueError, match="SERVER_PACK_TIED_OUTPUT: expected true or false"):
         Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "sometimes"})
 
 
