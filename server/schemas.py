@@ -103,7 +103,7 @@ class GenerateRequest(Strict):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     num_beams: int | None = Field(None, ge=1)
     length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
-    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, allow_inf_nan=False,
+    repetition_penalty: float | None = Field(None, ge=0.1, le=10.0, allow_inf_nan=False,  # ÷ or × 10 at most
                                              description="as transformers: > 1 discourages tokens already generated")
     no_repeat_ngram_size: int | None = Field(None, ge=0, le=32, description="0 turns the model's default off")
     min_new_tokens: int | None = Field(None, ge=0)
