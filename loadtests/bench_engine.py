@@ -397,8 +397,9 @@ def measure_rounds(engines: list[str], cells: list[tuple[int, int]], args: argpa
     return rounds
 
 
-def median_of(rounds: list[dict], key: tuple, value: Callable[[dict], float]) -> float:
-    return statistics.median(value(r[key]) for r in rounds)
+def median_of(rounds: list[dict], key: tuple, field: str) -> float:
+    """The median over rounds of one result's field."""
+    return statistics.median(round_[key][field] for round_ in rounds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in names:
             key = (name, beams, batch)
             r = results[key]
-            seconds = median_of(rounds, key, lambda r: r["seconds"])
+            seconds = median_of(rounds, key, "seconds")
             agree = "" if reference_key not in results or beams > 1 else \
                 f"{sum(a == b for a, b in zip(r['outputs'], results[reference_key]['outputs']))}/{batch}"
             versus = []
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")
         print("|---|---|---|---|---|")
         for key, r in floors:
-            floor, step = r["step_bytes"] / bandwidth, median_of(rounds, key, lambda r: r["step_seconds"])
+            floor, step = r["step_bytes"] / bandwidth, median_of(rounds, key, "step_seconds")
             print(f"| {r['engine']} | {r['step_bytes'] / 1e6:,.0f} | {floor * 1000:.2f} | "
                   f"{step * 1000:.2f} | {step / floor:.2f} |")
 
