@@ -6,7 +6,7 @@ flan-T5-base (`--shape flan-t5-base`).
 
     pip install -e ".[bench]"
     python -m loadtests.bench_engine [--shape opus-mt-en-de|nllb-600m|flan-t5-base] [--batches 1,8,32]
-                                     [--beams 1,4] [--out runs/bench]
+                                     [--beams 1,4] [--out runs/bench] [--device cpu|cuda] [--rounds R]
 
 Builds a random checkpoint in the Hugging Face layout of the chosen model, converts it with CTranslate2's
 converter, and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated
@@ -25,6 +25,11 @@ Each engine runs in its own process, one after the other: CTranslate2's OpenMP t
 while after each call, and in one process they slowed every engine measured after them by up to 2×.
 Prints a markdown table of generated tokens/s, per-batch latency (median of timed runs after warm-ups), the
 speed-up over transformers and over CTranslate2 float32, and whether greedy outputs agree with transformers.
+
+`--device cuda` runs every engine on the GPU: transformers and CTranslate2 in float16 by default, ours in float16
+with its decoder step at static shapes and CUDA-graphed (graphs captured in the warm-up, one decoder per batch
+capacity kept between runs as the server keeps its own), batches 1 to 128; the ratios are then to the float16
+engines, and the batch-1 step to the GPU's measured read bandwidth.
 
 `--rounds R` (R > 1) pairs the engines for a noisy machine: each cell is measured R times per engine, the engines
 taking turns cell by cell (a fresh process per turn, their order reversed every other round), so the engines
@@ -247,11 +252,12 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 
 
 class OursEngine:
-    def __init__(self, path: Path, work: Workload, dtype: str = "float32"):
-        self.model = load(path, dtype=dtype).network
+    def __init__(self, path: Path, work: Workload, dtype: str = "float32", device: str = "cpu"):
+        self.model = load(path, device=device, dtype=dtype).network
         self.dtype, self.name = dtype, f"ours {dtype}"
         self.pad, self.forced_bos = self.model.config.pad_token_id, work.forced_bos
         self.step_seconds: list[float] = []  # of the last run
+        self.decoders: dict[int, BatchDecoder] = {}  # by capacity, kept between runs as the server keeps its own
 
     def step_weight_bytes(self) -> int | None:
         """Weight bytes one decoder step reads: decoder layers without the cross-attention K/V projection (run
@@ -266,8 +272,12 @@ class OursEngine:
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         params = DecodeParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=beams,
                               bad_words_ids=((self.pad,),), forced_bos_token_id=self.forced_bos)
-        decoder = BatchDecoder(self.model, capacity=src.shape[0] * beams, max_source_len=SOURCE_TOKENS,
-                               max_new_tokens=NEW_TOKENS)
+        capacity = src.shape[0] * beams
+        if capacity not in self.decoders:  # on a GPU: static shapes, CUDA graphs captured here (not timed after)
+            self.decoders[capacity] = BatchDecoder(self.model, capacity, max_source_len=SOURCE_TOKENS,
+                                                   max_new_tokens=NEW_TOKENS,
+                                                   static_shapes=self.model.device.type == "cuda")
+        decoder = self.decoders[capacity]
         decoder.admit([(i, row.tolist(), params) for i, row in enumerate(src)])
         results = {}
         self.step_seconds = []
@@ -282,18 +292,18 @@ class OursEngine:
 
 
 class TransformersEngine:
-    name = "transformers float32"
-
-    def __init__(self, path: Path, work: Workload):
+    def __init__(self, path: Path, work: Workload, dtype: str = "float32", device: str = "cpu"):
         import transformers
 
         model_class = getattr(transformers, work.shape.model_class)
-        self.model = model_class.from_pretrained(path, dtype=torch.float32).eval()
+        self.model = model_class.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+        self.name = f"transformers {dtype}"
         self.model.generation_config.forced_eos_token_id = None
         self.pad, self.forced_bos = self.model.config.pad_token_id, work.forced_bos
 
     @torch.inference_mode()
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
+        src = src.to(self.model.device)
         out = self.model.generate(input_ids=src, attention_mask=torch.ones_like(src), num_beams=beams,
                                   min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS, bad_words_ids=[[self.pad]],
                                   forced_bos_token_id=self.forced_bos, do_sample=False)
@@ -301,14 +311,14 @@ class TransformersEngine:
 
 
 class CTranslate2Engine:
-    def __init__(self, path: Path, work: Workload, quantization: str):
+    def __init__(self, path: Path, work: Workload, quantization: str, device: str = "cpu"):
         import ctranslate2
 
         converted = path.parent / f"{path.name}-ct2-{quantization}"
         if not (converted / "model.bin").exists():
             ctranslate2.converters.TransformersConverter(str(path)).convert(str(converted), quantization=quantization,
                                                                            force=True)
-        self.translator = ctranslate2.Translator(str(converted), device="cpu", inter_threads=1,
+        self.translator = ctranslate2.Translator(str(converted), device=device, inter_threads=1,
                                                  intra_threads=torch.get_num_threads())
         # CTranslate2 speaks tokens: its own vocabulary (the checkpoint's, less Marian's trailing <pad>) maps ids.
         vocab_file = converted / "shared_vocabulary.json"
@@ -337,18 +347,33 @@ def cpu_name() -> str:
     return f"{name or platform.machine()} ({os.cpu_count()} cores)"
 
 
-ENGINES = {"ours": lambda path, work: OursEngine(path, work),
-           "ours-bf16": lambda path, work: OursEngine(path, work, "bfloat16"),
-           "ours-int8": lambda path, work: OursEngine(path, work, "int8"),
-           "transformers": lambda path, work: TransformersEngine(path, work),
-           "ct2-float32": lambda path, work: CTranslate2Engine(path, work, "float32"),
-           "ct2-int8": lambda path, work: CTranslate2Engine(path, work, "int8")}
+def machine_name(device: str) -> str:
+    return f"{torch.cuda.get_device_name()} with {cpu_name()}" if device == "cuda" else cpu_name()
+
+
+# name → engine(path, workload, device)
+ENGINES = {"ours": lambda path, work, device: OursEngine(path, work, "float32", device),
+           "ours-fp16": lambda path, work, device: OursEngine(path, work, "float16", device),
+           "ours-bf16": lambda path, work, device: OursEngine(path, work, "bfloat16", device),
+           "ours-int8": lambda path, work, device: OursEngine(path, work, "int8", device),
+           "transformers": lambda path, work, device: TransformersEngine(path, work, "float32", device),
+           "transformers-fp16": lambda path, work, device: TransformersEngine(path, work, "float16", device),
+           "ct2-float32": lambda path, work, device: CTranslate2Engine(path, work, "float32", device),
+           "ct2-float16": lambda path, work, device: CTranslate2Engine(path, work, "float16", device),
+           "ct2-int8": lambda path, work, device: CTranslate2Engine(path, work, "int8", device)}
+GPU_ENGINES, GPU_BATCHES = "transformers-fp16,ct2-float16,ours-fp16", "1,8,32,64,128"
+
+
+def reference_names(device: str) -> tuple[str, str]:
+    """The engines the others are compared with: transformers and CTranslate2 at the device's usual precision."""
+    dtype = "float16" if device == "cuda" else "float32"
+    return f"transformers {dtype}", f"CTranslate2 {dtype}"
 
 
 def measure(engine_name: str, path: Path, work: Workload, cells: list[tuple[int, int]], warmup: int,
-            runs: int) -> None:
+            runs: int, device: str) -> None:
     """Worker: time one engine on every (beams, batch) cell; one JSON line per cell on stdout."""
-    engine = ENGINES[engine_name](path, work)
+    engine = ENGINES[engine_name](path, work, device)
     for beams, batch in cells:
         seconds, outputs = timed(lambda: engine.run(work.source(batch), beams), warmup, runs)
         lengths = sorted({len(o) for o in outputs})
@@ -364,17 +389,17 @@ def measure(engine_name: str, path: Path, work: Workload, cells: list[tuple[int,
         print(json.dumps(result), flush=True)
 
 
-def read_bandwidth() -> float:
+def read_bandwidth(device: str) -> float:
     """Bytes per second one sum over a 512 MiB tensor reads (median of 5), with the benchmark's threads."""
-    x = torch.ones(2 ** 27)
-    seconds, _ = timed(x.sum, warmup=1, runs=5)
+    x = torch.ones(2 ** 27, device=device)
+    seconds, _ = timed(lambda: x.sum().item(), warmup=1, runs=5)
     return x.numel() * x.element_size() / seconds
 
 
 def run_worker(engine_name: str, args: argparse.Namespace, batches: str, beams: str) -> list[dict]:
     command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--shape", args.shape,
                "--out", args.out, "--batches", batches, "--beams", beams, "--warmup", str(args.warmup),
-               "--runs", str(args.runs)]
+               "--runs", str(args.runs), "--device", args.device]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
@@ -406,6 +431,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtests.bench_engine", description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="opus-mt-en-de", help="the model shape to build")
     p.add_argument("--out", default="runs/bench", help="where the checkpoint and conversions are kept")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help=f"cuda: our step CUDA-graphed; defaults --engines {GPU_ENGINES}, --batches {GPU_BATCHES}")
     p.add_argument("--batches", help="default: 1,8,32 (opus-mt-en-de), 1,8 (nllb-600m)")
     p.add_argument("--beams", default=None, help="default: 1,4")
     p.add_argument("--engines", help="default: transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8 "
@@ -419,12 +446,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     shape = SHAPES[args.shape]
-    args.batches, args.beams = args.batches or shape.batches, args.beams or shape.beams
-    args.engines = args.engines or shape.engines
+    cuda = args.device == "cuda"
+    args.batches = args.batches or (GPU_BATCHES if cuda else shape.batches)
+    args.beams = args.beams or shape.beams
+    args.engines = args.engines or (GPU_ENGINES if cuda else shape.engines)
     path = shape.build(Path(args.out) / shape.directory)
     cells = [(beams, batch) for beams in map(int, args.beams.split(",")) for batch in map(int, args.batches.split(","))]
     if args.worker:
-        measure(args.worker, path, Workload.of(shape, path), cells, args.warmup, args.runs)
+        measure(args.worker, path, Workload.of(shape, path), cells, args.warmup, args.runs, args.device)
         return
     rounds = [{(r["engine"], r["beams"], r["batch"]): r for r in results}  # (engine name, beams, batch) → result
               for results in measure_rounds(args.engines.split(","), cells, args)]
@@ -433,13 +462,15 @@ def main(argv: list[str] | None = None) -> None:
     forced = f" (the first forced to {shape.target_lang})" if shape.target_lang else ""
     paired = (f"; {args.rounds} rounds, the engines taking turns cell by cell: medians over rounds, ratios the "
               f"median of each round's (lowest–highest round)" if args.rounds > 1 else "")
-    print(f"machine: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
+    print(f"machine: {machine_name(args.device)}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
           f"its own process; shape {args.shape}; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per "
           f"sequence{forced}; median of {args.runs} runs after {args.warmup} warm-ups{paired}\n")
-    print("| engine | beams | batch | tokens/s | ms per batch | × transformers | × CT2 float32 | greedy agrees |")
+    transformers_name, ct2_name = reference_names(args.device)
+    print(f"| engine | beams | batch | tokens/s | ms per batch | × {transformers_name} | × {ct2_name} | "
+          f"greedy agrees |")
     print("|---|---|---|---|---|---|---|---|")
     for beams, batch in cells:
-        reference_key, ct2_key = (TransformersEngine.name, beams, batch), ("CTranslate2 float32", beams, batch)
+        reference_key, ct2_key = (transformers_name, beams, batch), (ct2_name, beams, batch)
         for name in names:
             key = (name, beams, batch)
             r = results[key]
@@ -458,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{seconds * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
     floors = [(key, r) for key, r in results.items() if r["beams"] == 1 and r["batch"] == 1 and r.get("step_bytes")]
     if floors:
-        bandwidth = read_bandwidth()
+        bandwidth = read_bandwidth(args.device)
         print(f"\nBatch-1 greedy decoder step against the weight-read floor (weight bytes per step / measured read "
               f"bandwidth {bandwidth / 1e9:.1f} GB/s):\n")
         print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")

@@ -1,7 +1,10 @@
 """Continuous batching at the model level: requests join and leave a running batch between decoder steps.
 
-The decoder owns a preallocated KV cache of `capacity` rows. Live rows are kept compact in [0, n): when a
-request finishes, rows from the tail are moved into its holes, so a step always reads contiguous views.
+The decoder owns a preallocated KV cache of `capacity` rows and the generation rules of each row. Live rows are
+kept compact in [0, n): when a request finishes, rows from the tail are moved into its holes, so a step always
+reads contiguous views. A step copies its inputs to the device once and its choices (greedy tokens, beam
+candidates) back once; everything between stays on the device. With static_shapes the network runs at fixed
+shapes (model.static_step), captured as CUDA graphs on a GPU.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from typing import Hashable
 
 import torch
 
-from .logits_rules import apply_rules
+from .logits_rules import ActiveRules, RowRules
 from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, new_search, target_length
+from .static_step import StaticStep
 from .transformer import Seq2SeqTransformer
 
 
@@ -38,7 +42,8 @@ class Encoded:
 
 
 class BatchDecoder:
-    def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_new_tokens: int):
+    def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_new_tokens: int,
+                 static_shapes: bool = False):
         positions = model.config.max_position_embeddings
         max_target_len = target_length(max_new_tokens)
         if max(max_source_len, max_target_len) > positions:
@@ -50,6 +55,9 @@ class BatchDecoder:
         # Written every step; allocated once because a fresh (n, V) tensor each step costs page faults on the
         # CPU (measured: log_softmax over 128 × 58,101 scores 10 → 3 ms).
         self.logprobs = torch.empty(capacity, model.config.target_vocab_size, device=model.device)
+        self.rules = RowRules(capacity, max_target_len, model.config.eos_token_id, model.device)
+        self.static_step = (StaticStep(model, self.cache, capture=model.device.type == "cuda") if static_shapes
+                            else None)
         self.searches: dict[Hashable, Search] = {}
 
     @property
@@ -94,19 +102,21 @@ class BatchDecoder:
             raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
         cfg, device = self.model.config, self.model.device
         first_free = self.live_rows
-        rows, sources = [], []
+        rows, sources, row_params = [], [], []
         for i in kept:
             key, ids, params = encoded.entries[i]
             search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
             search.rows = list(range(first_free + len(rows), first_free + len(rows) + params.num_beams))
             rows += search.rows
             sources += [i] * params.num_beams
+            row_params += [params] * params.num_beams
             self.searches[key] = search
         if not rows:
             return
         index = torch.tensor(sources, device=device)
         self.cache.write_source(torch.tensor(rows, device=device), encoded.cross_k[:, index],
                                 encoded.cross_v[:, index], encoded.mask[index])
+        self.rules.admit(rows, row_params)
 
     @torch.inference_mode()
     def step(self) -> list[StepEvent]:
@@ -114,35 +124,66 @@ class BatchDecoder:
         searches = list(self.searches.values())
         if not searches:
             return []
+        target_len = max(s.cur_len for s in searches)
+        scores, logprobs = self._scores(searches, target_len)
+        parents = self._advance(searches, scores, logprobs)
+        continued = [(parent, row) for row, parent in enumerate(parents) if parent != row]
+        if continued:
+            src, dst = torch.tensor(continued, device=self.model.device).T
+            self.cache.reorder(src, dst, target_len)
+            self.rules.reorder(src, dst, target_len)
+
+        events = []
+        for key, s in list(self.searches.items()):
+            single = isinstance(s, SingleSearch)
+            events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
+        self._release([key for key, s in self.searches.items() if s.done])
+        return events
+
+    def _scores(self, searches: list[Search], target_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The network's next-token logits and log-probabilities of the live rows, each (n, V), after the rules."""
         n = self.live_rows
         tokens, positions = [0] * n, [0] * n
         for s in searches:
             for row, token in zip(s.rows, s.input_tokens()):
                 tokens[row], positions[row] = token, s.cur_len - 1
-        device = self.model.device
-        target_len = max(s.cur_len for s in searches)
-        source_len = max(s.source_len for s in searches)
-        logits = self.model.decode_step(self.cache, torch.tensor(tokens, device=device),
-                                        torch.tensor(positions, device=device), target_len, source_len)
+        step_tokens, step_positions = torch.tensor([tokens, positions], device=self.model.device)  # one copy
+        if self.static_step is not None:
+            logits = self.static_step(step_tokens, step_positions)
+        else:
+            source_len = max(s.source_len for s in searches)
+            logits = self.model.decode_step(self.cache, step_tokens, step_positions, target_len, source_len)
+        self.rules.record(step_tokens, step_positions)
         scores = logits.float()  # (n, V)
         logprobs = torch.log_softmax(scores, dim=-1, out=self.logprobs[:n])
-        apply_rules(scores, searches)
-        apply_rules(logprobs, searches)
+        active = ActiveRules.of(searches)
+        self.rules.apply(scores, step_positions, target_len, active)
+        self.rules.apply(logprobs, step_positions, target_len, active)
+        return scores, logprobs
 
-        events, parents = [], list(range(n))
+    def _advance(self, searches: list[Search], scores: torch.Tensor, logprobs: torch.Tensor) -> list[int]:
+        """Every search takes its next tokens → the parent row of each live row (itself but for beams)."""
         greedy = [s for s in searches if isinstance(s, SingleSearch) and not s.params.do_sample]
+        beams = [s for s in searches if isinstance(s, BeamSearch)]
+        chosen = []  # on the device: what greedy and beam searches choose from, copied to the host together
         if greedy:
             greedy_rows = [s.rows[0] for s in greedy]
-            chosen = _select_rows(scores, greedy_rows).argmax(-1)  # (g,)
-            chosen_logprobs = logprobs[greedy_rows, chosen].tolist()
-            for s, token, lp in zip(greedy, chosen.tolist(), chosen_logprobs):
-                s.advance(token, lp)
-        beams = [s for s in searches if isinstance(s, BeamSearch)]
+            best = _select_rows(scores, greedy_rows).argmax(-1, keepdim=True)  # (g, 1)
+            chosen += [best, _select_rows(logprobs, greedy_rows).gather(1, best)]
         if beams:
             beam_rows = [row for s in beams for row in s.rows]
             width = min(2 * max(s.params.num_beams for s in beams), logprobs.shape[-1])
             top_logprobs, top_tokens = torch.topk(_select_rows(logprobs, beam_rows), width)  # (m, W) each
-            top_logprobs, top_tokens = top_logprobs.cpu(), top_tokens.cpu()
+            chosen += [top_tokens, top_logprobs]
+        on_host = _to_host(chosen)
+
+        parents = list(range(scores.shape[0]))
+        if greedy:
+            greedy_tokens, greedy_logprobs = on_host[:2]
+            for s, token, lp in zip(greedy, greedy_tokens[:, 0].tolist(), greedy_logprobs[:, 0].tolist()):
+                s.advance(token, lp)
+        if beams:
+            top_tokens, top_logprobs = on_host[-2:]
             first = 0
             for s in beams:
                 k = s.params.num_beams
@@ -150,17 +191,11 @@ class BatchDecoder:
                 for row, parent in zip(s.rows, local):
                     parents[row] = s.rows[parent]
                 first += k
-        for s in searches:
+        for s in searches:  # sampling: one row at a time, each with its own generator (reproducible per seed)
             if isinstance(s, SingleSearch) and s.params.do_sample:
                 token = s.sample(scores[s.rows[0]])
                 s.advance(token, float(logprobs[s.rows[0], token]))
-        self.cache.reorder(torch.tensor(parents, device=device), target_len)
-
-        for key, s in list(self.searches.items()):
-            single = isinstance(s, SingleSearch)
-            events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
-        self._release([key for key, s in self.searches.items() if s.done])
-        return events
+        return parents
 
     def cancel(self, key: Hashable) -> None:
         if key in self.searches:
@@ -182,12 +217,23 @@ class BatchDecoder:
         target_len = max((s.cur_len for s in self.searches.values()), default=1)
         source_len = max((s.source_len for s in self.searches.values()), default=1)
         device = self.model.device
-        self.cache.move_rows(torch.tensor(tail, device=device), torch.tensor(holes, device=device),
-                             target_len, source_len)
+        src, dst = torch.tensor(tail, device=device), torch.tensor(holes, device=device)
+        self.cache.move_rows(src, dst, target_len, source_len)
+        self.rules.move_rows(src, dst, target_len)
         owners = {row: s for s in self.searches.values() for row in s.rows if row >= n_after}
         for src, dst in zip(tail, holes):
             rows = owners[src].rows
             rows[rows.index(src)] = dst
+
+
+def _to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors on the CPU, in one device-to-host copy (one wait for the device instead of one per tensor):
+    flattened into float64, which holds token ids and float32 values exactly, and restored."""
+    if not tensors:
+        return []
+    packed = torch.cat([t.reshape(-1).double() for t in tensors]).cpu()
+    sizes = [t.numel() for t in tensors]
+    return [part.view(t.shape).to(t.dtype) for part, t in zip(packed.split(sizes), tensors)]
 
 
 def _select_rows(scores: torch.Tensor, rows: list[int]) -> torch.Tensor:

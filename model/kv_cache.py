@@ -20,6 +20,7 @@ class KVCache:
         self.cross_k = torch.zeros(cross_shape, dtype=dtype, device=device)  # (L, R, H, S, Dh)
         self.cross_v = torch.zeros(cross_shape, dtype=dtype, device=device)
         self.source_mask = torch.zeros((rows, max_source_len), dtype=torch.bool, device=device)  # (R, S)
+        self.source_mask[:, 0] = True  # a free row a static-shape step runs over attends somewhere: no NaN
 
     def write_source(self, rows: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
                      source_mask: torch.Tensor) -> None:
@@ -57,15 +58,10 @@ class KVCache:
         self._copy_rows(self.cross_v, src, dst, source_len)
         self.source_mask[dst] = self.source_mask[src]
 
-    def reorder(self, parents: torch.Tensor, target_len: int) -> None:
-        """Beam search: live row i continues the hypothesis that lived in row parents[i].
+    def reorder(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
+        """Beam search: rows dst continue the hypotheses that lived in rows src (the rows whose parent changed).
 
-        Only rows whose parent differs are copied, and only their self-attention cache: beams of one
-        request share a source, so their cross-attention rows are already equal.
+        Only the self-attention cache is copied: beams of one request share a source, so their cross-attention
+        rows are already equal.
         """
-        n = parents.shape[0]
-        changed = parents != torch.arange(n, device=parents.device)
-        if not bool(changed.any()):
-            return
-        dst = changed.nonzero().squeeze(1)
-        self._copy_self(parents[dst], dst, target_len)
+        self._copy_self(src, dst, target_len)

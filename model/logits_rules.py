@@ -2,89 +2,197 @@
 words, minimum length, forced first token (the target language) and forced </s>.
 
 They mirror transformers' RepetitionPenalty, NoRepeatNGram, NoBadWords, MinLength/MinNewTokensLength,
-ForcedBOSToken and ForcedEOSToken processors, in that order, and are applied to a whole batch of rows at once:
-the scores a search chooses from are the logits (greedy, sampling) or the log-probabilities (beam search), as in
-transformers. The decoder input a rule reads includes the start token, as transformers' input_ids do.
+ForcedBOSToken and ForcedEOSToken processors, in that order. The scores a search chooses from are the logits
+(greedy, sampling) or the log-probabilities (beam search), as in transformers.
+
+Each cache row's rules live on the device (`RowRules`): written when its request joins, moved with the row when
+the batch is compacted, and its decoder input (`history`, the start token at position 0, as transformers'
+input_ids) recorded by every step and copied with the self-attention cache when a beam continues another. A
+step applies them to all rows at once with a fixed number of tensor operations, no Python loop over rows or
+tokens, so nothing in it waits for the host; the host only tells which rules any live row uses (`ActiveRules`),
+so that a step skips the others.
+
+Dimensions: R rows (capacity), n live rows, T target capacity, T' positions read this step, V vocabulary,
+W banned words per row, M tokens in the longest banned word.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
-from .search import NEG_INF, Search
+from .search import NEG_INF, DecodeParams, Search
+
+POS_INF = float("inf")
+NO_TOKEN = -1  # an unused forced-token or banned-word slot
+# Columns of RowRules.limits, one integer rule setting per row.
+NGRAM, MIN_NEW, FORCED_BOS, FORCED_EOS, LAST_POSITION = range(5)
 
 
-def apply_rules(scores: torch.Tensor, searches: list[Search]) -> None:
-    """scores (n, V), modified in place; row r belongs to the search whose `rows` contain r."""
-    _penalize_repetitions(scores, [s for s in searches if s.params.repetition_penalty != 1.0])
-    _ban_repeated_ngrams(scores, [s for s in searches if s.params.no_repeat_ngram_size > 0])
-    banned_groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-    eos_banned: list[int] = []
-    forced: dict[int, list[int]] = defaultdict(list)
-    for search in searches:
-        singles = tuple(w[0] for w in search.params.bad_words_ids if len(w) == 1 and w[0] != search.eos_id)
-        if singles:
-            banned_groups[singles].extend(search.rows)
-        for word in search.params.bad_words_ids:
-            if len(word) > 1:
-                _ban_completions(scores, search, word)
-        if search.eos_banned():
-            eos_banned.extend((row, search.eos_id) for row in search.rows)
-        if (token := search.forced_token()) is not None:
-            forced[token].extend(search.rows)
-    for token_ids, rows in banned_groups.items():
-        scores[torch.tensor(rows)[:, None], torch.tensor(token_ids)[None, :]] = NEG_INF
-    if eos_banned:
-        rows, ids = zip(*eos_banned)
-        scores[list(rows), list(ids)] = NEG_INF
-    for token_id, rows in forced.items():
-        scores[rows] = NEG_INF
-        scores[rows, token_id] = 0.0
+@dataclass(frozen=True)
+class ActiveRules:
+    """The rules some live row uses at this step; known on the host without reading the device."""
+
+    repetition: bool = False
+    ngram_sizes: tuple[int, ...] = ()
+    banned_tokens: bool = False
+    banned_words: bool = False
+    min_length: bool = False
+    forced: bool = False
+
+    @classmethod
+    def of(cls, searches: list[Search]) -> "ActiveRules":
+        params = [s.params for s in searches]
+        return cls(repetition=any(p.repetition_penalty != 1.0 for p in params),
+                   ngram_sizes=tuple(sorted({p.no_repeat_ngram_size for p in params} - {0})),
+                   banned_tokens=any(p.bad_words_ids for p in params),
+                   banned_words=any(len(w) > 1 for p in params for w in p.bad_words_ids),
+                   min_length=any(s.eos_banned() for s in searches),
+                   forced=any(s.forced_token() is not None for s in searches))
 
 
-def _ban_completions(scores: torch.Tensor, search: Search, word: tuple[int, ...]) -> None:
-    """Ban the last token of `word` on rows whose decoder input ends with the rest of it; like transformers,
-    the decoder input includes the start token."""
-    prefix, n = list(word[:-1]), len(word) - 1
-    for row, seq in zip(search.rows, search.sequences):
-        ends_with = seq[len(seq) - n:] == prefix if n <= len(seq) else (
-            n == len(seq) + 1 and prefix[0] == search.start_id and prefix[1:] == seq)
-        if ends_with:
-            scores[row, word[-1]] = NEG_INF
+class RowRules:
+    def __init__(self, rows: int, max_target_len: int, eos_id: int, device: torch.device | str):
+        self.eos_id = eos_id
+        self.history = torch.zeros(rows, max_target_len, dtype=torch.long, device=device)  # (R, T) decoder inputs
+        self.penalty = torch.ones(rows, device=device)  # (R,) repetition penalty, 1 = none
+        self.limits = torch.full((rows, 5), NO_TOKEN, dtype=torch.long, device=device)  # (R, 5): the columns above
+        # One-token banned words, applied in one scatter: (R, K) token ids and what they get (-inf on a banned
+        # token, +inf in an unused slot, under a min-reduction). Longer words: (R, W, M) right-aligned, the banned
+        # token last, NO_TOKEN before a word and in unused slots. K, W and M grow with the requests that join.
+        self.banned_tokens = torch.zeros(rows, 0, dtype=torch.long, device=device)
+        self.ban_values = torch.zeros(rows, 0, device=device)
+        self.bad_words = torch.zeros(rows, 0, 2, dtype=torch.long, device=device)
+
+    def admit(self, rows: list[int], params: list[DecodeParams]) -> None:
+        """Rows of newly joined requests get their request's rules; params[i] is row rows[i]'s."""
+        device = self.history.device
+        index = torch.tensor(rows, device=device)
+        self.penalty[index] = torch.tensor([p.repetition_penalty for p in params], device=device)
+        self.limits[index] = torch.tensor(
+            [[p.no_repeat_ngram_size, p.min_new_tokens, _or_none(p.forced_bos_token_id),
+              _or_none(p.forced_eos_token_id), p.max_new_tokens - 1] for p in params], device=device)
+        self._admit_banned(index, params)
+
+    def _admit_banned(self, index: torch.Tensor, params: list[DecodeParams]) -> None:
+        # transformers drops a one-token banned word that is </s>
+        singles = [[w[0] for w in p.bad_words_ids if len(w) == 1 and w[0] != self.eos_id] for p in params]
+        words = [[w for w in p.bad_words_ids if len(w) > 1] for p in params]
+        self.banned_tokens = _widen(self.banned_tokens, (max(map(len, singles)),), 0)
+        self.ban_values = _widen(self.ban_values, self.banned_tokens.shape[1:], POS_INF)
+        longest = max((len(w) for row in words for w in row), default=2)
+        self.bad_words = _widen(self.bad_words, (max(map(len, words)), longest), NO_TOKEN)
+        rows, k, device = len(params), self.banned_tokens.shape[1], index.device
+        width, longest = self.bad_words.shape[1:]
+        self.banned_tokens[index] = torch.tensor([ids + [0] * (k - len(ids)) for ids in singles],
+                                                 dtype=torch.long).view(rows, k).to(device)
+        self.ban_values[index] = torch.tensor([[NEG_INF] * len(ids) + [POS_INF] * (k - len(ids))
+                                               for ids in singles]).view(rows, k).to(device)
+        self.bad_words[index] = torch.tensor(
+            [[[NO_TOKEN] * (longest - len(w)) + list(w) for w in row] + [[NO_TOKEN] * longest] * (width - len(row))
+             for row in words], dtype=torch.long).view(rows, width, longest).to(device)
+
+    def move_rows(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
+        """Rows dst take over rows src (the batch being compacted), their history up to target_len."""
+        for table in (self.history[:, :target_len], self.penalty, self.limits, self.banned_tokens, self.ban_values,
+                      self.bad_words):
+            table.index_copy_(0, dst, table.index_select(0, src))
+
+    def reorder(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
+        """Beams dst continue the hypotheses in rows src: they take over their decoder input (the rules are
+        their request's, the same)."""
+        history = self.history[:, :target_len]
+        history.index_copy_(0, dst, history.index_select(0, src))
+
+    def record(self, tokens: torch.Tensor, positions: torch.Tensor) -> None:
+        """This step's decoder input: tokens (n,) at positions (n,) of live rows [0, n)."""
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        self.history[rows, positions] = tokens
+
+    def apply(self, scores: torch.Tensor, positions: torch.Tensor, target_len: int, active: ActiveRules) -> None:
+        """scores (n, V) of live rows [0, n), modified in place; positions (n,) index each row's last input token,
+        target_len = longest input (max position + 1)."""
+        n = scores.shape[0]
+        history = self.history[:n, :target_len]  # (n, T')
+        limits = self.limits[:n]
+        if active.repetition:
+            _penalize_repetitions(scores, history, positions, self.penalty[:n, None])
+        for size in active.ngram_sizes:
+            if size <= target_len:
+                _ban_repeated_ngrams(scores, history, positions, size, limits[:, NGRAM] == size)
+        if active.banned_tokens:
+            scores.scatter_reduce_(1, self.banned_tokens[:n], self.ban_values[:n], "amin")
+        if active.banned_words:
+            _ban_words(scores, history, positions, self.bad_words[:n])
+        if active.min_length:
+            scores[:, self.eos_id].masked_fill_(positions < limits[:, MIN_NEW], NEG_INF)
+        if active.forced:
+            _force_tokens(scores, positions, limits)
 
 
-def _penalize_repetitions(scores: torch.Tensor, searches: list[Search]) -> None:
-    """Every token already in a row's decoder input: its score × penalty if negative, else ÷ penalty. One gather
-    and one scatter over (rows, longest input); shorter inputs are padded with their start token (a repeat)."""
-    if not searches:
-        return
-    inputs = [[s.start_id] + seq for s in searches for seq in s.sequences]
-    rows = torch.tensor([row for s in searches for row in s.rows], device=scores.device)
-    width = max(map(len, inputs))
-    tokens = torch.tensor([seq + [seq[0]] * (width - len(seq)) for seq in inputs], device=scores.device)  # (r, L)
-    penalty = torch.tensor([s.params.repetition_penalty for s in searches for _ in s.rows],
-                           device=scores.device, dtype=scores.dtype)[:, None]  # (r, 1)
-    selected = scores.index_select(0, rows)  # (r, V)
-    seen = selected.gather(1, tokens)
-    selected.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
-    scores.index_copy_(0, rows, selected)
+def _or_none(token: int | None) -> int:
+    return NO_TOKEN if token is None else token
 
 
-def _ban_repeated_ngrams(scores: torch.Tensor, searches: list[Search]) -> None:
-    """Ban each token that would complete an n-gram already in the row's decoder input."""
-    banned_rows, banned_tokens = [], []
-    for search in searches:
-        n = search.params.no_repeat_ngram_size
-        for row, seq in zip(search.rows, search.sequences):
-            tokens = [search.start_id] + seq
-            if len(tokens) + 1 < n:
-                continue
-            prefix = tokens[len(tokens) - n + 1:]
-            for start in range(len(tokens) - n + 1):
-                if tokens[start:start + n - 1] == prefix:
-                    banned_rows.append(row)
-                    banned_tokens.append(tokens[start + n - 1])
-    if banned_rows:
-        scores[banned_rows, banned_tokens] = NEG_INF
+def _widen(table: torch.Tensor, size: tuple[int, ...], fill) -> torch.Tensor:
+    """table (R, ...) with its other dimensions at least `size`: the old entries at the end of each, `fill` before."""
+    shape = (table.shape[0], *map(max, table.shape[1:], size))
+    if shape == table.shape:
+        return table
+    grown = table.new_full(shape, fill)
+    grown[(slice(None), *(slice(new - old, new) for new, old in zip(shape[1:], table.shape[1:])))] = table
+    return grown
+
+
+def _ban(scores: torch.Tensor, tokens: torch.Tensor, banned: torch.Tensor) -> None:
+    """scores[r, tokens[r, j]] = -inf where banned[r, j], (n, K) each. A min-reduction (+inf where not banned),
+    so a token listed more than once, banned in one place and not in another, ends up banned."""
+    scores.scatter_reduce_(1, tokens, scores.new_full(tokens.shape, POS_INF).masked_fill_(banned, NEG_INF), "amin")
+
+
+def _suffix(history: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+    """The last `length` decoder input tokens of each row up to its position, (n, length); -2 before the start."""
+    index = positions[:, None] - length + 1 + torch.arange(length, device=history.device)  # (n, length)
+    return history.gather(1, index.clamp(min=0)).masked_fill(index < 0, -2)
+
+
+def _penalize_repetitions(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor,
+                          penalty: torch.Tensor) -> None:
+    """Every token in a row's decoder input: its score × penalty if negative, else ÷ penalty (penalty (n, 1);
+    1 leaves a row as it is). Positions past a row's own are read as its start token, which is in its input."""
+    later = torch.arange(history.shape[1], device=history.device)[None, :] > positions[:, None]  # (n, T')
+    tokens = torch.where(later, history[:, :1], history)  # (n, T')
+    seen = scores.gather(1, tokens)
+    scores.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
+
+
+def _ban_repeated_ngrams(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor, size: int,
+                         rows: torch.Tensor) -> None:
+    """On `rows` (n,) bool: ban each token that would complete a `size`-gram already in the row's decoder input."""
+    windows = history.unfold(1, size, 1)  # (n, T' - size + 1, size): the n-gram starting at each position
+    starts = torch.arange(windows.shape[1], device=history.device)
+    complete = starts[None, :] + size - 1 <= positions[:, None]  # the n-gram lies within the row's input
+    repeats = (windows[..., :-1] == _suffix(history, positions, size - 1)[:, None]).all(-1)
+    _ban(scores, windows[..., -1], repeats & complete & rows[:, None])
+
+
+def _ban_words(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor, words: torch.Tensor) -> None:
+    """Ban a word's last token where the row's decoder input ends with the rest of it; words (n, W, M) as
+    RowRules.bad_words."""
+    prefixes, last = words[..., :-1], words[..., -1]  # (n, W, M - 1), (n, W)
+    suffix = _suffix(history, positions, prefixes.shape[-1])[:, None]  # (n, 1, M - 1)
+    ends_with = ((prefixes == suffix) | (prefixes == NO_TOKEN)).all(-1)  # (n, W)
+    _ban(scores, last.clamp(min=0), ends_with & (last != NO_TOKEN))
+
+
+def _force_tokens(scores: torch.Tensor, positions: torch.Tensor, limits: torch.Tensor) -> None:
+    """</s> at a row's last position (wins, as transformers applies it last), else its forced first token at
+    position 0: that token scores 0, every other -inf."""
+    bos, eos = limits[:, FORCED_BOS], limits[:, FORCED_EOS]
+    forced = torch.where((positions == 0) & (bos != NO_TOKEN), bos, NO_TOKEN)
+    forced = torch.where((positions == limits[:, LAST_POSITION]) & (eos != NO_TOKEN), eos, forced)  # (n,)
+    is_forced = (forced != NO_TOKEN)[:, None]
+    scores.masked_fill_(is_forced, NEG_INF)
+    scores.scatter_reduce_(1, forced.clamp(min=0)[:, None],
+                           scores.new_zeros(is_forced.shape).masked_fill(~is_forced, NEG_INF), "amax")

@@ -16,8 +16,9 @@ from .scheduler import Plan
 
 
 class Engine:
-    def __init__(self, network: Seq2SeqTransformer, max_rows: int, max_input_tokens: int, max_new_tokens: int):
-        self.network = network
+    def __init__(self, network: Seq2SeqTransformer, max_rows: int, max_input_tokens: int, max_new_tokens: int,
+                 static_shapes: bool = False):
+        self.network, self.static_shapes = network, static_shapes
         self.max_rows, self.max_input_tokens, self.max_new_tokens = max_rows, max_input_tokens, max_new_tokens
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
         self.reset()
@@ -25,7 +26,7 @@ class Engine:
     def reset(self) -> None:
         """A fresh batch (after a failed step: whatever was in flight is gone, an encoding under way too)."""
         self.decoder = BatchDecoder(self.network, capacity=self.max_rows, max_source_len=self.max_input_tokens,
-                                    max_new_tokens=self.max_new_tokens)
+                                    max_new_tokens=self.max_new_tokens, static_shapes=self.static_shapes)
         self.encoding: Future[Encoded] | None = None
         self.encoding_rows = 0
         self.dropped: set = set()  # keys cancelled while their encoding ran

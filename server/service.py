@@ -26,7 +26,8 @@ class ModelService:
     def __init__(self, name: str, bundle: ModelBundle, settings: Settings):
         self.name, self.bundle = name, bundle
         self.settings = settings = model_limits(settings, bundle.max_positions)
-        engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
+        engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
+                        static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
         scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
                               settings.max_request_share)
         self.loop = EngineLoop(engine, scheduler, EngineStats(name)).start()

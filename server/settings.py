@@ -13,6 +13,7 @@ class Settings:
     device: str = "auto"  # auto = cuda when available
     dtype: str = "auto"  # auto = float16 on cuda, float32 on cpu
     pack_tied_output: bool = True  # float32 on cpu: a tied output projection gets a packed copy (faster, more memory)
+    cuda_graphs: bool = True  # on cuda: the decoder step at static shapes, captured as CUDA graphs at start-up
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model

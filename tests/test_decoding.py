@@ -28,12 +28,14 @@ def test_alone_equals_inside_padded_batch(translator, beams):
         assert alone.score == pytest.approx(in_batch.score, abs=1e-4)
 
 
-def test_requests_join_and_leave_between_steps(translator):
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_requests_join_and_leave_between_steps(translator, static_shapes):
     """Rows freed by finished requests are refilled; compaction keeps every request's output intact.
 
     Greedy (1 row) and 2-beam requests alternate, 12 rows in all through a decoder of 5, with staggered
     length limits (this tiny model rarely ends before its limit) so that requests finish at different steps:
-    each request must give exactly what it gives decoded alone with its own parameters, greedy ones included."""
+    each request must give exactly what it gives decoded alone with its own parameters, greedy ones included.
+    With static shapes, the step runs over row buckets 1, 2, 4, 5 (free rows included) and the whole cache."""
     tok, capacity = translator.bundle.tokenizer, 5
     limits = [5, 14, 8, 20, 6, 11, 25, 9]
     params = [DecodeParams(max_new_tokens=limits[i], num_beams=2 if i % 2 else 1, forced_eos_token_id=0,
@@ -41,7 +43,8 @@ def test_requests_join_and_leave_between_steps(translator):
     alone = {i: translator.translate([s], beam_size=params[i].num_beams, max_new_tokens=limits[i])[0]
              for i, s in enumerate(SENTENCES)}
     assert sum(p.num_beams for p in params) > capacity
-    decoder = BatchDecoder(translator.bundle.network, capacity=capacity, max_source_len=128, max_new_tokens=25)
+    decoder = BatchDecoder(translator.bundle.network, capacity=capacity, max_source_len=128, max_new_tokens=25,
+                           static_shapes=static_shapes)
     sources = [tok.encode(s) for s in SENTENCES]
     pending, results = list(range(len(SENTENCES))), {}
     joined_mid_flight = moved = 0

@@ -138,10 +138,12 @@ def test_madlad_names_the_target_in_the_source(text2text_checkpoints):
     assert bundle.resolve_languages(None, None, translating=False) == (None, None)  # free generation need not
 
 
+@pytest.mark.parametrize("static_shapes", [False, True])
 @pytest.mark.parametrize("name", ["t5_v1_1", "bart"])
-def test_alone_equals_inside_a_busy_mixed_batch(text2text_checkpoints, name):
+def test_alone_equals_inside_a_busy_mixed_batch(text2text_checkpoints, name, static_shapes):
     """Each request decoded alone equals the same request decoded while others (greedy, beams, other rules)
-    join and leave the batch around it."""
+    join and leave the batch around it; also with the static-shape step (row buckets, the whole cache read,
+    T5's relative bias over the whole target capacity)."""
     translator = Translator.from_pretrained(text2text_checkpoints[name])
     bundle = translator.bundle
     rules = [dict(), dict(no_repeat_ngram_size=2), dict(repetition_penalty=1.5), dict(min_new_tokens=6)]
@@ -153,7 +155,8 @@ def test_alone_equals_inside_a_busy_mixed_batch(text2text_checkpoints, name):
         params = bundle.decode_params(beam_size=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos,
                                       **overrides)
         jobs.append((i, source.ids, params, alone))
-    decoder = BatchDecoder(bundle.network, capacity=7, max_source_len=128, max_new_tokens=20)
+    decoder = BatchDecoder(bundle.network, capacity=7, max_source_len=128, max_new_tokens=20,
+                           static_shapes=static_shapes)
     pending, results = list(jobs), {}
     while pending or decoder.searches:
         if pending and decoder.free_rows >= pending[0][2].num_beams:  # one joins per step: staggered
