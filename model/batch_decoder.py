@@ -228,9 +228,10 @@ class BatchDecoder:
 
 def _to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """The tensors on the CPU, in one device-to-host copy (one wait for the device instead of one per tensor):
-    flattened into float64, which holds token ids and float32 values exactly, and restored."""
-    if not tensors:
-        return []
+    flattened into float64, which holds token ids and float32 values exactly, and restored. CPU tensors are
+    there already."""
+    if not tensors or tensors[0].device.type == "cpu":
+        return tensors
     packed = torch.cat([t.reshape(-1).double() for t in tensors]).cpu()
     sizes = [t.numel() for t in tensors]
     return [part.view(t.shape).to(t.dtype) for part, t in zip(packed.split(sizes), tensors)]
