@@ -26,6 +26,7 @@ from .search import NEG_INF, DecodeParams, Search
 
 POS_INF = float("inf")
 NO_TOKEN = -1  # an unused forced-token or banned-word slot
+BEFORE_START = -2  # what a row's decoder input reads before its start token: matches nothing
 # Columns of RowRules.limits, one integer rule setting per row.
 NGRAM, MIN_NEW, FORCED_BOS, FORCED_EOS, LAST_POSITION = range(5)
 
@@ -152,9 +153,10 @@ def _ban(scores: torch.Tensor, tokens: torch.Tensor, banned: torch.Tensor) -> No
 
 
 def _suffix(history: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
-    """The last `length` decoder input tokens of each row up to its position, (n, length); -2 before the start."""
+    """The last `length` decoder input tokens of each row up to its position, (n, length), BEFORE_START where
+    the input is shorter."""
     index = positions[:, None] - length + 1 + torch.arange(length, device=history.device)  # (n, length)
-    return history.gather(1, index.clamp(min=0)).masked_fill(index < 0, -2)
+    return history.gather(1, index.clamp(min=0)).masked_fill(index < 0, BEFORE_START)
 
 
 def _penalize_repetitions(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor,
