@@ -156,9 +156,7 @@ class BatchDecoder:
         self.rules.record(step_tokens, step_positions)
         scores = logits.float()  # (n, V)
         logprobs = torch.log_softmax(scores, dim=-1, out=self.logprobs[:n])
-        active = ActiveRules.of(searches)
-        self.rules.apply(scores, step_positions, target_len, active)
-        self.rules.apply(logprobs, step_positions, target_len, active)
+        self.rules.apply((scores, logprobs), step_positions, target_len, ActiveRules.of(searches))
         return scores, logprobs
 
     def _advance(self, searches: list[Search], scores: torch.Tensor, logprobs: torch.Tensor) -> list[int]:
@@ -221,9 +219,9 @@ class BatchDecoder:
         self.cache.move_rows(src, dst, target_len, source_len)
         self.rules.move_rows(src, dst, target_len)
         owners = {row: s for s in self.searches.values() for row in s.rows if row >= n_after}
-        for src, dst in zip(tail, holes):
-            rows = owners[src].rows
-            rows[rows.index(src)] = dst
+        for old_row, new_row in zip(tail, holes):
+            rows = owners[old_row].rows
+            rows[rows.index(old_row)] = new_row
 
 
 def _to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -111,25 +111,38 @@ class RowRules:
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         self.history[rows, positions] = tokens
 
-    def apply(self, scores: torch.Tensor, positions: torch.Tensor, target_len: int, active: ActiveRules) -> None:
-        """scores (n, V) of live rows [0, n), modified in place; positions (n,) index each row's last input token,
+    def apply(self, targets: tuple[torch.Tensor, ...], positions: torch.Tensor, target_len: int,
+              active: ActiveRules) -> None:
+        """targets: score tensors (n, V) of live rows [0, n) — the logits and the log-probabilities — each modified
+        in place alike, what the rules read computed once; positions (n,) index each row's last input token,
         target_len = longest input (max position + 1)."""
-        n = scores.shape[0]
+        n = positions.shape[0]
         history = self.history[:n, :target_len]  # (n, T')
         limits = self.limits[:n]
         if active.repetition:
-            _penalize_repetitions(scores, history, positions, self.penalty[:n, None])
+            tokens, penalty = _input_tokens(history, positions), self.penalty[:n, None]  # (n, T'), (n, 1)
+            for scores in targets:
+                seen = scores.gather(1, tokens)
+                scores.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
+        bans = []  # (token ids (n, K), -inf where banned and +inf where not (n, K)), min-reduced into the scores
         for size in active.ngram_sizes:
             if size <= target_len:
-                _ban_repeated_ngrams(scores, history, positions, size, limits[:, NGRAM] == size)
+                bans.append(_repeated_ngrams(history, positions, size, limits[:, NGRAM] == size))
         if active.banned_tokens:
-            scores.scatter_reduce_(1, self.banned_tokens[:n], self.ban_values[:n], "amin")
+            bans.append((self.banned_tokens[:n], self.ban_values[:n]))
         if active.banned_words:
-            _ban_words(scores, history, positions, self.bad_words[:n])
-        if active.min_length:
-            scores[:, self.eos_id].masked_fill_(positions < limits[:, MIN_NEW], NEG_INF)
-        if active.forced:
-            _force_tokens(scores, positions, limits)
+            bans.append(_completed_words(history, positions, self.bad_words[:n]))
+        eos_banned = positions < limits[:, MIN_NEW] if active.min_length else None  # (n,)
+        forced = _forced_tokens(positions, limits) if active.forced else None
+        for scores in targets:
+            for tokens, values in bans:
+                scores.scatter_reduce_(1, tokens, values, "amin")
+            if eos_banned is not None:
+                scores[:, self.eos_id].masked_fill_(eos_banned, NEG_INF)
+            if forced is not None:  # that token scores 0, every other -inf
+                tokens, is_forced, values = forced
+                scores.masked_fill_(is_forced, NEG_INF)
+                scores.scatter_reduce_(1, tokens, values, "amax")
 
 
 def _or_none(token: int | None) -> int:
@@ -146,10 +159,10 @@ def _widen(table: torch.Tensor, size: tuple[int, ...], fill) -> torch.Tensor:
     return grown
 
 
-def _ban(scores: torch.Tensor, tokens: torch.Tensor, banned: torch.Tensor) -> None:
-    """scores[r, tokens[r, j]] = -inf where banned[r, j], (n, K) each. A min-reduction (+inf where not banned),
-    so a token listed more than once, banned in one place and not in another, ends up banned."""
-    scores.scatter_reduce_(1, tokens, scores.new_full(tokens.shape, POS_INF).masked_fill_(banned, NEG_INF), "amin")
+def _ban_values(banned: torch.Tensor) -> torch.Tensor:
+    """-inf where banned, +inf elsewhere: under a min-reduction a token listed more than once, banned in one place
+    and not in another, ends up banned, and a token not banned keeps its score."""
+    return torch.full(banned.shape, POS_INF, device=banned.device).masked_fill_(banned, NEG_INF)
 
 
 def _suffix(history: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
@@ -159,42 +172,40 @@ def _suffix(history: torch.Tensor, positions: torch.Tensor, length: int) -> torc
     return history.gather(1, index.clamp(min=0)).masked_fill(index < 0, BEFORE_START)
 
 
-def _penalize_repetitions(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor,
-                          penalty: torch.Tensor) -> None:
-    """Every token in a row's decoder input: its score × penalty if negative, else ÷ penalty (penalty (n, 1);
-    1 leaves a row as it is). Positions past a row's own are read as its start token, which is in its input."""
+def _input_tokens(history: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Every token of each row's decoder input, (n, T'): positions past a row's own read as its start token,
+    which is in its input (repetition penalty: × penalty if negative, else ÷ penalty; 1 leaves a row alike)."""
     later = torch.arange(history.shape[1], device=history.device)[None, :] > positions[:, None]  # (n, T')
-    tokens = torch.where(later, history[:, :1], history)  # (n, T')
-    seen = scores.gather(1, tokens)
-    scores.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
+    return torch.where(later, history[:, :1], history)
 
 
-def _ban_repeated_ngrams(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor, size: int,
-                         rows: torch.Tensor) -> None:
-    """On `rows` (n,) bool: ban each token that would complete a `size`-gram already in the row's decoder input."""
+def _repeated_ngrams(history: torch.Tensor, positions: torch.Tensor, size: int,
+                     rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """On `rows` (n,) bool: each token that would complete a `size`-gram already in the row's decoder input."""
     windows = history.unfold(1, size, 1)  # (n, T' - size + 1, size): the n-gram starting at each position
     starts = torch.arange(windows.shape[1], device=history.device)
     complete = starts[None, :] + size - 1 <= positions[:, None]  # the n-gram lies within the row's input
     repeats = (windows[..., :-1] == _suffix(history, positions, size - 1)[:, None]).all(-1)
-    _ban(scores, windows[..., -1], repeats & complete & rows[:, None])
+    return windows[..., -1], _ban_values(repeats & complete & rows[:, None])
 
 
-def _ban_words(scores: torch.Tensor, history: torch.Tensor, positions: torch.Tensor, words: torch.Tensor) -> None:
-    """Ban a word's last token where the row's decoder input ends with the rest of it; words (n, W, M) as
+def _completed_words(history: torch.Tensor, positions: torch.Tensor,
+                     words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A word's last token where the row's decoder input ends with the rest of it; words (n, W, M) as
     RowRules.bad_words."""
     prefixes, last = words[..., :-1], words[..., -1]  # (n, W, M - 1), (n, W)
     suffix = _suffix(history, positions, prefixes.shape[-1])[:, None]  # (n, 1, M - 1)
     ends_with = ((prefixes == suffix) | (prefixes == NO_TOKEN)).all(-1)  # (n, W)
-    _ban(scores, last.clamp(min=0), ends_with & (last != NO_TOKEN))
+    return last.clamp(min=0), _ban_values(ends_with & (last != NO_TOKEN))
 
 
-def _force_tokens(scores: torch.Tensor, positions: torch.Tensor, limits: torch.Tensor) -> None:
-    """</s> at a row's last position (wins, as transformers applies it last), else its forced first token at
-    position 0: that token scores 0, every other -inf."""
+def _forced_tokens(positions: torch.Tensor, limits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The token each row must produce: </s> at its last position (wins, as transformers applies it last), else
+    its forced first token at position 0. → token ids (n, 1), which rows are forced (n, 1), and what the token
+    gets under a max-reduction (0 on a forced row, -inf elsewhere) (n, 1)."""
     bos, eos = limits[:, FORCED_BOS], limits[:, FORCED_EOS]
     forced = torch.where((positions == 0) & (bos != NO_TOKEN), bos, NO_TOKEN)
-    forced = torch.where((positions == limits[:, LAST_POSITION]) & (eos != NO_TOKEN), eos, forced)  # (n,)
-    is_forced = (forced != NO_TOKEN)[:, None]
-    scores.masked_fill_(is_forced, NEG_INF)
-    scores.scatter_reduce_(1, forced.clamp(min=0)[:, None],
-                           scores.new_zeros(is_forced.shape).masked_fill(~is_forced, NEG_INF), "amax")
+    forced = torch.where((positions == limits[:, LAST_POSITION]) & (eos != NO_TOKEN), eos, forced)[:, None]
+    is_forced = forced != NO_TOKEN
+    values = torch.zeros(forced.shape, device=forced.device).masked_fill_(~is_forced, NEG_INF)
+    return forced.clamp(min=0), is_forced, values

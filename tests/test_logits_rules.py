@@ -68,7 +68,7 @@ def test_rules_equal_transformers_processors_row_by_row(seed):
         search = new_search(params, EOS, START, source_len=1)
         search.sequences, search.cur_len = [inputs[1:]], len(inputs)
         searches.append(search)
-    rules.apply(scores, lengths - 1, int(lengths.max()), ActiveRules.of(searches))
+    rules.apply((scores,), lengths - 1, int(lengths.max()), ActiveRules.of(searches))
     assert torch.equal(scores, expected)
 
 
