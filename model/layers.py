@@ -32,6 +32,27 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
 
 
+# Decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU instead of
+# scaled_dot_product_attention: its CPU kernel reads a KV cache of 128 rows at about half the memory bandwidth the
+# batched matmuls reach (opus-mt-en-de and flan-T5-base shapes, beam 4 × batch 32: 6–9 % faster per batch, the same
+# tokens); at 32 rows and fewer the two measured alike, and SDPA is faster at a few rows.
+MATMUL_ATTENTION_MIN_ROWS = 64
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+              scale: float | None, is_causal: bool = False) -> torch.Tensor:
+    """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh). attn_mask: bool (True = attend) or additive float; scale None
+    means 1/√Dh."""
+    b, _, tq, dh = q.shape
+    if tq != 1 or is_causal or b < MATMUL_ATTENTION_MIN_ROWS or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
+    if attn_mask is not None:
+        scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                  else scores.add_(attn_mask))
+    return torch.matmul(scores.softmax(-1), v)
+
+
 def make_norm(arch: Architecture, d_model: int) -> nn.Module:
     return nn.RMSNorm(d_model, eps=arch.norm_eps) if arch.rms_norm else nn.LayerNorm(d_model, eps=arch.norm_eps)
 
@@ -57,8 +78,7 @@ class SelfAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
                is_causal: bool = False) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                             scale=self.scale)  # (B, H, T, Dh)
+        out = attention(q, k, v, attn_mask, self.scale, is_causal)  # (B, H, T, Dh)
         return self.out_proj(merge_heads(out))
 
 
@@ -80,7 +100,7 @@ class CrossAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
+        out = attention(q, k, v, attn_mask, self.scale)
         return self.out_proj(merge_heads(out))
 
     def weights(self, x: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:

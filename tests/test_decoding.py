@@ -2,10 +2,12 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from marian_fixtures import SENTENCES
 from oracles import assert_cached_steps_equal_full
 
-from model import BatchDecoder, DecodeParams, Translator, load
+from model import BatchDecoder, DecodeParams, Translator, layers, load
+from model.layers import MATMUL_ATTENTION_MIN_ROWS, attention
 
 
 @pytest.fixture(scope="module")
@@ -13,10 +15,32 @@ def translator(checkpoint):
     return Translator.from_pretrained(checkpoint)
 
 
-def test_cached_steps_equal_full_redecoding(checkpoint):
-    """Greedy decoding on the KV cache gives, at every step, the logits of a full teacher-forced pass."""
+@pytest.mark.parametrize("many_rows", [False, True])
+def test_cached_steps_equal_full_redecoding(checkpoint, many_rows):
+    """Greedy decoding on the KV cache gives, at every step, the logits of a full teacher-forced pass; with many
+    rows the step's attention goes through matmuls instead of SDPA."""
     bundle = load(checkpoint)
-    assert_cached_steps_equal_full(bundle.network, [bundle.tokenizer.encode(s) for s in SENTENCES])
+    sources = [bundle.tokenizer.encode(s) for s in SENTENCES]
+    if many_rows:
+        sources = sources * -(-MATMUL_ATTENTION_MIN_ROWS // len(sources))
+    assert_cached_steps_equal_full(bundle.network, sources)
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive", None])
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_matmul_attention_equals_sdpa(mask_kind, scale, monkeypatch):
+    """One query per row over a strided cache view, at the row count where attention() takes the matmul path."""
+    g = torch.Generator().manual_seed(0)
+    rows, heads, keys, dh = MATMUL_ATTENTION_MIN_ROWS, 4, 9, 16
+    q = torch.randn(rows, heads, 1, dh, generator=g)
+    k, v = (torch.randn(rows, heads, keys + 5, dh, generator=g)[:, :, :keys] for _ in range(2))
+    lengths = torch.randint(1, keys + 1, (rows,), generator=g)
+    allowed = (torch.arange(keys)[None, :] < lengths[:, None])[:, None, None, :]  # (rows, 1, 1, keys)
+    bias = torch.randn(rows, heads, 1, keys, generator=g).masked_fill(~allowed, float("-inf"))
+    mask = {"bool": allowed, "additive": bias, None: None}[mask_kind]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", None)  # the matmul path must not call it
+    torch.testing.assert_close(attention(q, k, v, mask, scale), expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("beams", [1, 3])

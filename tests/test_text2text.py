@@ -11,6 +11,7 @@ from text2text_fixtures import BART_SENTENCES, MADLAD_TARGETS, T5_SENTENCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import BatchDecoder, Translator, UnsupportedLanguage, load
+from model.layers import MATMUL_ATTENTION_MIN_ROWS
 from model.translate import main as translate_cli
 
 MAX_NEW_TOKENS = 25
@@ -69,11 +70,15 @@ def test_teacher_forced_logits_match(checkpoint):
     assert (expected - got).abs().max().item() < 1e-4
 
 
-def test_cached_steps_equal_full_redecoding(checkpoint):
+@pytest.mark.parametrize("many_rows", [False, True])
+def test_cached_steps_equal_full_redecoding(checkpoint, many_rows):
+    """many_rows: enough rows for the step's attention to go through matmuls (the relative bias as its mask)."""
     name, path, _, _ = checkpoint
     bundle = load(path)
     target = MADLAD_TARGETS[0] if name == "madlad" else None
     sources = [bundle.source(s, target_lang=target).ids for s in sentences(name)]
+    if many_rows:
+        sources = sources * -(-MATMUL_ATTENTION_MIN_ROWS // len(sources))
     assert_cached_steps_equal_full(bundle.network, sources, steps=30, atol=3e-4)
 
 
