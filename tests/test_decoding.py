@@ -7,6 +7,7 @@ from marian_fixtures import SENTENCES
 from oracles import assert_cached_steps_equal_full
 
 from model import BatchDecoder, DecodeParams, Translator, layers, load
+from model.batch_decoder import vocabulary_topk
 from model.layers import MATMUL_ATTENTION_MIN_ROWS, attention
 
 
@@ -236,3 +237,21 @@ def test_new_token_limits_follow_the_models_positions(family_checkpoints):
     with pytest.raises(ValueError, match="128 positions"):
         BatchDecoder(bundle.network, capacity=1, max_source_len=8, max_new_tokens=128)
     assert model_limits(Settings(max_new_tokens=500), bundle.max_positions).max_new_tokens == 127
+
+
+@pytest.mark.parametrize("vocab", [3001, 4096])
+@pytest.mark.parametrize("k", [2, 8])
+def test_vocabulary_topk_equals_torch_topk(vocab, k):
+    """Block maxima find torch.topk's values and indices: the best token in the short last block, rows with
+    banned (-inf) tokens, and rows with fewer than k allowed tokens (ties among -inf, left to torch.topk)."""
+    g = torch.Generator().manual_seed(vocab + k)
+    scores = torch.randn(40, vocab, generator=g).log_softmax(-1)
+    scores[0, vocab - 1] = 5.0  # in the last, partial block
+    scores[1, :] = float("-inf")
+    scores[1, [3, 700, vocab - 2]] = torch.tensor([-1.0, -0.5, -2.0])  # fewer than k allowed
+    scores[2:20].masked_fill_(torch.rand(18, vocab, generator=g) < 0.5, float("-inf"))
+    scores[20, :64] = 10.0 + torch.arange(64.0)  # the k best in one block
+    values, indices = vocabulary_topk(scores, k)
+    expected = torch.topk(scores, k)
+    assert torch.equal(values, expected.values)
+    assert torch.equal(indices, expected.indices)
