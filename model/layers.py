@@ -32,10 +32,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
 
 
-# Decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU instead of
-# scaled_dot_product_attention: its CPU kernel reads a KV cache of 128 rows at about half the memory bandwidth the
-# batched matmuls reach (opus-mt-en-de and flan-T5-base shapes, beam 4 × batch 32: 6–9 % faster per batch, the same
-# tokens); at 32 rows and fewer the two measured alike, and SDPA is faster at a few rows.
+# float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
+# instead of scaled_dot_product_attention, whose CPU kernel reads a KV cache of 128 rows at about half the memory
+# bandwidth the batched matmuls reach (opus-mt-en-de and flan-T5-base shapes, beam 4 × batch 32: 6–9 % faster per
+# batch, the same tokens); at 32 rows and fewer the two measured alike, and SDPA is faster at a few rows. Reduced
+# precision keeps SDPA, which accumulates in float32.
 MATMUL_ATTENTION_MIN_ROWS = 64
 
 
@@ -44,7 +45,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh). attn_mask: bool (True = attend) or additive float; scale None
     means 1/√Dh."""
     b, _, tq, dh = q.shape
-    if tq != 1 or is_causal or b < MATMUL_ATTENTION_MIN_ROWS or q.device.type != "cpu":
+    if (tq != 1 or is_causal or b < MATMUL_ATTENTION_MIN_ROWS or q.device.type != "cpu"
+            or q.dtype != torch.float32):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
     scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
     if attn_mask is not None:
