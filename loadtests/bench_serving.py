@@ -1,6 +1,6 @@
 """The serving path against the engine, in one go on one machine: `Translator.translate`, the engine loop
 in-process, HTTP without Ray (`python -m server --no-ray`, one process and `--workers 2`) and HTTP through Ray
-Serve (`python -m server`).
+Serve (`python -m server`: its replicas serve HTTP themselves; `ray-proxy`: `--serve-proxy`, through Serve's proxy).
 
     python -m loadtests.bench_serving [--texts 2000] [--clients 1,32] [--texts-per-request 1,8] [--workers 1,2]
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--one-client-texts", type=int, default=400, help="texts sent by a single client")
     p.add_argument("--clients", default="1,32")
     p.add_argument("--texts-per-request", default="1,8")
-    p.add_argument("--paths", default="engine,no-ray,ray")
+    p.add_argument("--paths", default="engine,no-ray,ray,ray-proxy")
     p.add_argument("--workers", default="1,2", help="worker processes of the --no-ray servers measured")
     p.add_argument("--port", type=int, default=8031)
     p.add_argument("--server-args", default="", help="extra arguments for both servers")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         matrix(lambda share, c, k: run_engine(translator, share, c, k, Settings()))
     url = f"http://127.0.0.1:{args.port}"
     servers = [("no-ray", "--no-ray" + (f" --workers {w}" if w != "1" else "")) for w in args.workers.split(",")]
-    for path, server_args in servers + [("ray", "")]:
+    for path, server_args in servers + [("ray", ""), ("ray-proxy", "--serve-proxy")]:
         if path not in paths:
             continue
         name = f"HTTP, python -m server {server_args}".rstrip()

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from .listen import ensure_free
 from .ray_main import add_ray_arguments
 from .settings import Settings
 
@@ -31,6 +32,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Setti
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args, settings = parse_args(argv)
+    try:
+        ensure_free(settings.host, settings.port)
+    except OSError as e:
+        print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
+        return 1
     if args.no_ray:
         from .workers import serve
 

@@ -3,12 +3,13 @@
     serve run server.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
     python -m server                      # local Ray on 127.0.0.1 with the demo model (see server.ray_main)
 
-Serve's proxy hands an HTTP request to a replica, which serves it with a model it holds: no hop between
-deployments (an ingress deployment in front cost more CPU per request than the engine's work on it, measured
-with loadtests.bench_serving). A request for a model this replica does not hold goes on, as a plain domain job,
-through Serve's model multiplexing to a replica that holds it or loads it (LRU, at most max_models_per_replica
-per replica), or is served right here when Serve picks this replica; each model has its own engine, so batches
-never mix models.
+With `replica_http` (what `python -m server` runs) each replica serves HTTP on host:port itself, on a socket
+shared with the node's other replicas through SO_REUSEPORT: no Serve proxy and no hop between processes (CPU per
+single-text request under load, loadtests.bench_serving: 4 ms so, 15 ms through Serve's proxy). Otherwise
+Serve's proxy hands each request to a replica, which serves it the same way. A request for a model this replica
+does not hold goes on, as a plain domain job, through Serve's model multiplexing to a replica that holds it or
+loads it (LRU, at most max_models_per_replica per replica), or is served right here when Serve picks this
+replica; each model has its own engine, so batches never mix models.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ray.serve.handle import DeploymentHandle
 from . import metrics
 from .app import create_app
 from .errors import EngineFailed, QueueFull, ServerError
+from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health, set_engine_threads
 from .domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from .registry import ModelRegistry, model_info
@@ -61,13 +63,29 @@ def model_server_class(max_models_per_replica: int):
             if settings.device == "auto":  # a GPU only if Ray assigned this replica one (it no longer hides them)
                 settings = replace(settings, device="cuda" if ray.get_gpu_ids() else "cpu")
             self.settings, self.registry = settings, registry
-            metrics.enable_ray_export()
+            self.http = None  # with replica_http: (uvicorn server, its serving task), started with the app
+            if not settings.replica_http:  # a request's replica may be on any node; else each node serves its own
+                metrics.enable_ray_export()
             # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
             set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
             self.loaded: dict[str, ModelService] = {}
 
         def __serve_build_asgi_app__(self):
-            return create_app(ReplicaModels(self), self.settings)
+            app = create_app(ReplicaModels(self), self.settings)
+            if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
+                server = uvicorn_server(app, self.settings, lifespan="off")
+                sock = reuseport_socket(self.settings.host, self.settings.port)
+                self.http = server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+            return app
+
+        async def __del__(self):
+            """Serve's graceful shutdown: this replica's HTTP server stops accepting and drains, then the app
+            shuts down."""
+            if getattr(self, "http", None) is not None:
+                server, serving = self.http
+                server.should_exit = True
+                await serving
+            await super().__del__()
 
         @serve.multiplexed(max_num_models_per_replica=max_models_per_replica)
         async def load(self, model_id: str) -> LoadedModel:

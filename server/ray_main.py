@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 from .settings import Settings
 
@@ -144,7 +145,9 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        settings = replace(settings, replica_http=not args.serve_proxy)
+        serve.start(proxy_location="Disabled" if settings.replica_http else None,
+                    http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
         app = build(settings, ModelRegistry.from_paths(args.model), args.max_models_per_replica, args.replicas,
                     num_cpus=args.replica_cpus, num_gpus=args.replica_gpus if gpu else 0)
@@ -163,6 +166,9 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    parser.add_argument("--serve-proxy", action="store_true",
+                        help="HTTP through Serve's proxies, which hand each request to a replica (by default each "
+                             "replica serves HTTP on the port itself)")
     parser.add_argument("--max-models-per-replica", type=int, default=4)
     parser.add_argument("--replica-cpus", type=float, default=1)
     parser.add_argument("--replica-gpus", type=float, default=1, help="GPUs per replica when the machine has any")

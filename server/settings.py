@@ -17,6 +17,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model
+    replica_http: bool = False  # Ray Serve: each replica serves HTTP on host:port itself, no Serve proxy in front
     max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
     max_request_share: float = 0.5  # of the batch rows, one request (a document) may hold while others decode
@@ -78,7 +79,7 @@ class Settings:
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         for f in fields(cls):
-            if f.name in ("model", "api_keys"):
+            if f.name in ("model", "api_keys", "replica_http"):  # python -m server: --serve-proxy
                 continue
             parser.add_argument("--" + f.name.replace("_", "-"), type=_type(f), default=None,
                                 help=f"(env {cls.env_name(f.name)}; default {f.default})")

@@ -15,7 +15,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from multiprocessing.synchronize import Event
 
 from fastapi import FastAPI
 
+from .listen import reuseport_socket, uvicorn_server
 from .metrics import METRICS_DIR_ENV
 from .settings import Settings
 
@@ -37,7 +37,7 @@ def serve(model_paths: list[str] | None, settings: Settings) -> int:
     if settings.workers == 1:
         app = build_app(model_paths, settings, machine_cores())
         print(f"serving {names} at http://{settings.host}:{settings.port}", flush=True)
-        run_uvicorn(app, settings, sockets=None)
+        uvicorn_server(app, settings).run()
         return 0
     # Before any worker imports prometheus-client: the mode is chosen when it is imported.
     metrics_dir = tempfile.mkdtemp(prefix="s2s-metrics-")
@@ -50,13 +50,6 @@ def serve(model_paths: list[str] | None, settings: Settings) -> int:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def run_uvicorn(app: FastAPI, settings: Settings, sockets: list[socket.socket] | None) -> None:
-    import uvicorn
-
-    # On SIGTERM/Ctrl-C uvicorn stops accepting connections and lets in-flight requests finish.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=settings.drain_timeout_s)
-    uvicorn.Server(config).run(sockets=sockets)
 
 
 class Supervisor:
@@ -110,11 +103,7 @@ def run_worker(model_paths: list[str] | None, settings: Settings, started: Event
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
     app = build_app(model_paths, settings, machine_cores() / settings.workers)
     app.router.on_startup.append(started.set)
-    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((settings.host, settings.port))
-    run_uvicorn(app, settings, sockets=[sock])
+    uvicorn_server(app, settings).run(sockets=[reuseport_socket(settings.host, settings.port)])
 
 
 def stop_when_orphaned(parent: int) -> None:

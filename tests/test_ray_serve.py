@@ -1,5 +1,9 @@
 """Ray Serve, really started once per session on 127.0.0.1: replicas, multiplexing with LRU eviction,
-replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback."""
+replacement of a replica whose engine fails, metrics across replicas, and a two-node cluster on loopback.
+
+HTTP reaches an application either through Serve's proxy (below its route prefix) or, as `python -m server`
+serves it by default, from its replicas themselves, on a port of its own (`replica_http`); the tests of
+behaviour that differs between the two run both ways."""
 
 import asyncio
 import contextlib
@@ -10,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -80,6 +85,20 @@ def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build
         serve.delete(name)
 
 
+@contextlib.contextmanager
+def deployed_at(serve_url: str, ingress: str, name: str, paths: list[str], settings: Settings = SETTINGS,
+                **build_kwargs):
+    """deployed(), reached through Serve's proxy (ingress "serve-proxy") or served by its replicas on a free port
+    ("replica-http"); yields the application's URL and a handle to its replicas."""
+    if ingress == "replica-http":
+        settings = replace(settings, replica_http=True, port=free_port())
+    with deployed(name, paths, settings, **build_kwargs) as handle:
+        yield (f"http://127.0.0.1:{settings.port}" if settings.replica_http else f"{serve_url}/{name}"), handle
+
+
+INGRESSES = pytest.mark.parametrize("ingress", ["serve-proxy", "replica-http"])
+
+
 def translate(url: str, **body) -> httpx.Response:
     return httpx.post(f"{url}/v1/translate", json=body, timeout=120)
 
@@ -117,6 +136,53 @@ def test_two_replicas_both_serve(main_app):
     assert len(replicas) == 2
     models = httpx.get(f"{url}/v1/models").json()["models"]
     assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
+
+
+def test_replicas_serve_http_on_one_port(serve_url, metrics_dir):
+    """replica_http: both replicas of the application accept connections on its port (the kernel spreads them),
+    answer alike, and the port's /metrics sums the node's replicas."""
+    with deployed_at(serve_url, "replica-http", "onport", [], replicas=2) as (url, handle):
+        pids = set()
+        while len(pids) < 2:
+            pids.add(handle.describe.remote().result()["pid"])
+        before = Scrape.of(url)
+        responses = [translate(url, text="forty-two", target_lang="fr") for _ in range(40)]  # a connection each
+        assert {(r.status_code, r.json()["translations"][0]["text"]) for r in responses} == {(200, "quarante-deux")}
+        served = {pid: process_scrape(metrics_dir, pid).get("s2s_requests_total", route="/v1/translate",
+                                                            status="200") for pid in pids}
+        assert all(served.values()) and sum(served.values()) == 40, served
+        after = Scrape.of(url)
+        assert after.delta(before, "s2s_requests_total", route="/v1/translate", status="200") == 40
+
+
+def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_url, metrics_dir, slow_checkpoint):
+    """Deleting the application stops each replica's HTTP server gracefully: the port closes to new connections
+    while a request in flight goes on, and that request finishes with its answer."""
+    from ray import serve
+
+    settings = Settings(max_batch_rows=8, max_new_tokens=250)
+    with deployed_at(serve_url, "replica-http", "drain", [str(slow_checkpoint)], settings) as (url, handle):
+        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
+        pid = handle.describe.remote().result()["pid"]
+        answers = []  # 8 sequences of 4 beams, 2 at a time: seconds of decoding
+        request = threading.Thread(target=lambda: answers.append(
+            translate(url, text=[f"hello world {i}" for i in range(8)], beam_size=4, max_new_tokens=250)))
+        request.start()
+        assert eventually(lambda: process_scrape(metrics_dir, pid).get("s2s_running_sequences") == 2, timeout=30)
+        threading.Thread(target=serve.delete, args=("drain",), daemon=True).start()
+
+        def refused() -> bool:
+            try:
+                httpx.get(f"{url}/healthz", timeout=5)
+                return False
+            except httpx.ConnectError:
+                return True
+
+        assert eventually(refused, timeout=30, interval=0.1), "the port stayed open"
+        assert not answers, "the request finished before the port closed: make it longer"
+        request.join(60)
+        assert answers and answers[0].status_code == 200, answers
+        assert len(answers[0].json()["translations"]) == 8
 
 
 def test_compatible_apis_answer_under_serve(main_app):
@@ -229,12 +295,12 @@ def slow_checkpoint(tmp_path_factory) -> Path:
     return build_checkpoint(tmp_path_factory.mktemp("slow") / "slow", d_model=256, decoder_layers=6)
 
 
-def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint):
-    """A client that hangs up on a non-streaming request: Serve's proxy cancels the replica's request, whose
-    sequences leave the batch (that replica's own gauges say so)."""
+@INGRESSES
+def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint, ingress):
+    """A client that hangs up on a non-streaming request: the replica's request is cancelled (by Serve's proxy,
+    or by the replica's own HTTP server), and its sequences leave the batch (that replica's own gauges say so)."""
     settings = Settings(max_batch_rows=8, max_queued_requests=128, max_new_tokens=250)
-    with deployed("hangup", [str(slow_checkpoint)], settings=settings, replicas=1) as handle:
-        url = f"{serve_url}/hangup"
+    with deployed_at(serve_url, ingress, "hangup", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
 
@@ -266,12 +332,12 @@ def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_di
         assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint):
+@INGRESSES
+def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint, ingress):
     """Every row decoding and the engine's queue full: /healthz and /readyz still answer 200 within a second (the
     replica answers them itself, beside its engine: they never queue behind decoding work)."""
     settings = Settings(max_batch_rows=4, max_queued_requests=32, max_new_tokens=250)
-    with deployed("saturated", [str(slow_checkpoint)], settings=settings, replicas=1) as handle:
-        url = f"{serve_url}/saturated"
+    with deployed_at(serve_url, ingress, "saturated", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
 
@@ -337,9 +403,12 @@ def test_streams_for_a_model_the_replica_is_loading_all_finish(serve_url, tiny_m
         asyncio.run(turns(handle))
 
 
-def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
-    with deployed("fault", [str(tiny_models / "tiny-a")], replicas=1, health_check_period_s=1) as handle:
-        check_replacement(f"{serve_url}/fault", handle)
+@INGRESSES
+def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models, ingress):
+    """Serve replaces the replica; with replica_http the new one serves the port in its place."""
+    with deployed_at(serve_url, ingress, "fault", [str(tiny_models / "tiny-a")], replicas=1,
+                     health_check_period_s=1) as (url, handle):
+        check_replacement(url, handle)
 
 
 def check_replacement(url, handle):
@@ -360,12 +429,17 @@ def check_replacement(url, handle):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-def test_replica_crash_under_load_fails_fast_and_recovers(serve_url, tiny_models):
-    with deployed("crash", [str(tiny_models / "tiny-a")], replicas=2, health_check_period_s=1) as handle:
-        check_crash_recovery(f"{serve_url}/crash", handle)
+@INGRESSES
+def test_replica_crash_under_load_fails_fast_and_recovers(serve_url, tiny_models, ingress):
+    """A replica killed under load: through Serve's proxy its requests get 503 naming the replica; served by the
+    replicas themselves, its connections break with it (as a killed --no-ray worker's do). Either way at once,
+    and the other replica goes on serving while Serve starts a replacement."""
+    with deployed_at(serve_url, ingress, "crash", [str(tiny_models / "tiny-a")], replicas=2,
+                     health_check_period_s=1) as (url, handle):
+        check_crash_recovery(url, handle, broken_connections=ingress == "replica-http")
 
 
-def check_crash_recovery(url, handle):
+def check_crash_recovery(url, handle, broken_connections: bool = False):
     pids = set()
     while len(pids) < 2:
         pids.add(handle.describe.remote().result()["pid"])
@@ -392,7 +466,8 @@ def check_crash_recovery(url, handle):
         w.join(60)
     failures = [o for o in outcomes if o[0] != 200]
     print(f"{len(outcomes)} requests under load, {len(failures)} failed when a replica was killed")
-    assert all(status == 503 and "replica" in text for status, _, text in failures), failures[:3]
+    assert all((status == 503 and "replica" in text) or (broken_connections and status == 0)
+               for status, _, text in failures), failures[:3]
     assert all(elapsed < SETTINGS.request_timeout_s for _, elapsed, _ in outcomes)
     deadline, alive = time.monotonic() + 120, set()
     while time.monotonic() < deadline and not (len(alive) == 2 and killed not in alive):
@@ -401,10 +476,10 @@ def check_crash_recovery(url, handle):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models):
+@INGRESSES
+def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models, ingress):
     small = Settings(max_batch_rows=2, max_queued_requests=2, max_new_tokens=64)
-    with deployed("overload", [str(tiny_models / "tiny-a")], settings=small, replicas=1):
-        url = f"{serve_url}/overload"
+    with deployed_at(serve_url, ingress, "overload", [str(tiny_models / "tiny-a")], small, replicas=1) as (url, _):
 
         async def burst():
             async with httpx.AsyncClient(timeout=120) as client:
@@ -422,7 +497,7 @@ def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes(tmp_path):
     script = ROOT / "tests" / "two_node_cluster.py"
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "nodes with replicas: 2" in result.stdout
+    assert "nodes with replicas: 2" in result.stdout and "http answers: 20/20" in result.stdout
 
 
 def test_families_side_by_side_route_by_language_and_share_limits(serve_url, checkpoint, family_checkpoints):

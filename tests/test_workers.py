@@ -93,6 +93,20 @@ def test_two_workers_serve_one_port_and_one_metrics_page_and_replace_a_killed_wo
     assert not metrics_dir.exists()
 
 
+@pytest.mark.parametrize("args", [["--no-ray", "--workers", "2"], []], ids=["workers", "ray"])
+def test_a_port_in_use_is_refused_before_anything_starts(args, capsys):
+    """Worker processes and Ray replicas bind with SO_REUSEPORT, which would share the port with a server already
+    there (the same user's): the server refuses to start instead."""
+    from server.__main__ import main
+    from server.listen import reuseport_socket
+
+    with reuseport_socket("127.0.0.1", 0) as taken:
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main([*args, "--host", "127.0.0.1", "--port", str(port)]) == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
 def test_workers_are_for_the_server_without_ray():
     from server.__main__ import parse_args
 
