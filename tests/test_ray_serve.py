@@ -142,9 +142,7 @@ def test_replicas_serve_http_on_one_port(serve_url, metrics_dir):
     """replica_http: both replicas of the application accept connections on its port (the kernel spreads them),
     answer alike, and the port's /metrics sums the node's replicas."""
     with deployed_at(serve_url, "replica-http", "onport", [], replicas=2) as (url, handle):
-        pids = set()
-        while len(pids) < 2:
-            pids.add(handle.describe.remote().result()["pid"])
+        pids = replica_pids(handle, 2)
         before = Scrape.of(url)
         responses = [translate(url, text="forty-two", target_lang="fr") for _ in range(40)]  # a connection each
         assert {(r.status_code, r.json()["translations"][0]["text"]) for r in responses} == {(200, "quarante-deux")}
@@ -175,7 +173,7 @@ def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_ur
             try:
                 httpx.get(f"{url}/healthz", timeout=5)
                 return False
-            except httpx.ConnectError:
+            except (httpx.ConnectError, httpx.ReadError):  # refused, or reset from the backlog as the port closed
                 return True
 
         assert eventually(refused, timeout=30, interval=0.1), "the port stayed open"
@@ -196,6 +194,14 @@ def test_compatible_apis_answer_under_serve(main_app):
     assert deepl.json()["translations"][0]["text"] == "sept"
     too_large = httpx.post(f"{url}/translate", content=b"q=" + b"x" * SETTINGS.max_body_bytes, timeout=60)
     assert too_large.status_code == 413 and set(too_large.json()) == {"error"}
+
+
+def replica_pids(handle, count: int) -> set[int]:
+    """The process ids of an application's `count` replicas (Serve routes each call to one of them)."""
+    pids = set()
+    while len(pids) < count:
+        pids.add(handle.describe.remote().result()["pid"])
+    return pids
 
 
 def process_scrape(metrics_dir: Path, pid: int) -> Scrape:
@@ -247,12 +253,15 @@ def test_streaming_and_metrics_through_serve(main_app):
     assert httpx.get(f"{url}/readyz").status_code == 200
 
 
-def test_metrics_reach_rays_metrics_export_port(main_app):
+def test_metrics_reach_rays_metrics_export_port(main_app, metrics_dir):
     """What a multi-node cluster scrapes: every node's metrics export port carries the replicas' s2s metrics,
-    and their values move with the requests (they reach the port every few seconds: poll until they have)."""
+    and their values move with the requests (they reach the port every few seconds: poll until they have).
+    Replicas that serve HTTP themselves (other tests' applications) do not export: the port's series of this
+    application are compared with its own replicas' samples."""
     import ray
 
-    url, _ = main_app
+    url, handle = main_app
+    pids = replica_pids(handle, 2)
     port = ray._private.worker.global_worker.node.metrics_export_port
     series = [("s2s_requests_total", {"route": "/v1/translate", "status": "200"}),  # from the HTTP app
               ("s2s_input_tokens_total", {}), ("s2s_output_tokens_total", {}),  # from the engines
@@ -266,21 +275,27 @@ def test_metrics_reach_rays_metrics_export_port(main_app):
                 "s2s_output_tokens_total": sum(u["output_tokens"] for u in usage),
                 "s2s_time_to_first_token_seconds_count": 2}
 
+    def own(name: str, labels: dict) -> float:
+        return sum(process_scrape(metrics_dir, pid).get(name, **labels) for pid in pids)
+
+    def exported_value(exported: Scrape, name: str, labels: dict) -> float:
+        return exported.get("ray_" + name, application="main", **labels)
+
     def scrapes():
         """/metrics, which has moved by exactly what the requests did, and the export port, once it shows the
-        same values (each process reports every second or so)."""
+        application's values (each process reports every second or so)."""
         direct = Scrape.of(url)
         if any(direct.delta(before, name, **labels) != expected[name] for name, labels in series):
             return False
         exported = Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
-        return all(exported.get("ray_" + name, **labels) == direct.get(name, **labels) for name, labels in series) \
+        return all(exported_value(exported, name, labels) == own(name, labels) for name, labels in series) \
             and (direct, exported)
 
     both = eventually(scrapes, timeout=60, interval=0.5)
     direct, exported = both or (Scrape.of(url), Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics").text))
     for name, labels in series:  # which series did not move as the requests did, or never reached the port
         assert direct.delta(before, name, **labels) == expected[name], name
-        assert exported.get("ray_" + name, **labels) == direct.get(name, **labels), name
+        assert exported_value(exported, name, labels) == own(name, labels), name
     # Every replica's series carries its deployment.
     deployments = {labels.get("deployment") for name, labels, _ in exported.samples
                    if name in ("ray_s2s_requests_total", "ray_s2s_output_tokens_total")}
@@ -440,9 +455,7 @@ def test_replica_crash_under_load_fails_fast_and_recovers(serve_url, tiny_models
 
 
 def check_crash_recovery(url, handle, broken_connections: bool = False):
-    pids = set()
-    while len(pids) < 2:
-        pids.add(handle.describe.remote().result()["pid"])
+    pids = replica_pids(handle, 2)
     outcomes, stop = [], threading.Event()
 
     def client():
