@@ -195,6 +195,7 @@ class BatchDecoder:
                 s.advance(token, float(logprobs[s.rows[0], token]))
         return parents
 
+    @torch.inference_mode()  # moving rows writes tables that join replaced in inference mode
     def cancel(self, key: Hashable) -> None:
         if key in self.searches:
             self._release([key])

@@ -94,21 +94,23 @@ def test_requests_join_and_leave_between_steps(translator, static_shapes):
     assert decoder.live_rows == 0
 
 
-def test_cancel_frees_rows_and_spares_the_others(translator):
+@pytest.mark.parametrize("cancelled", [3, 1])  # the last row, a row in the middle (the tail moves into it)
+def test_cancel_frees_rows_and_spares_the_others(translator, cancelled):
     tok = translator.bundle.tokenizer
     params = DecodeParams(max_new_tokens=20, bad_words_ids=((tok.pad_id,),), forced_eos_token_id=0)
-    expected = translator.translate(SENTENCES[:3], max_new_tokens=20)
+    spared = [i for i in range(4) if i != cancelled]
+    expected = translator.translate([SENTENCES[i] for i in spared], max_new_tokens=20)
     decoder = BatchDecoder(translator.bundle.network, capacity=8, max_source_len=128, max_new_tokens=20)
     decoder.admit([(i, tok.encode(s), params) for i, s in enumerate(SENTENCES[:4])])
     decoder.step()
-    decoder.cancel(3)
+    decoder.cancel(cancelled)
     assert decoder.live_rows == 3
     results = {}
     while decoder.searches:
         for event in decoder.step():
             if event.results:
                 results[event.key] = event.results[0].token_ids
-    assert [results[i] for i in range(3)] == [t.token_ids for t in expected]
+    assert [results[i] for i in spared] == [t.token_ids for t in expected]
     assert decoder.live_rows == 0 and decoder.free_rows == 8
 
 
