@@ -51,7 +51,7 @@ def measure(path: Path, rows: int, capacity: int, steps: int) -> list[tuple[str,
     cache = network.new_cache(rows, capacity, SOURCE_TOKENS)
     source_mask = torch.ones(rows, SOURCE_TOKENS, dtype=torch.bool)
     memory = network.encode(torch.randint(3, 1000, (rows, SOURCE_TOKENS)), source_mask)
-    cache.write_source(torch.arange(rows), *network.cross_kv(memory), source_mask)
+    cache.write_source(0, *network.cross_kv(memory), source_mask)
 
     def eager(tokens, positions, target_len):
         return network.decode_step(cache, tokens, positions, target_len, SOURCE_TOKENS)

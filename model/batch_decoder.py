@@ -29,16 +29,32 @@ class StepEvent:
 
 @dataclass
 class Encoded:
-    """New requests after their encoder pass, waiting to join the batch."""
+    """New requests after their encoder pass, waiting to join the batch: laid out by cache row (an entry's
+    num_beams rows in a block, entries in order), so joining copies them into the cache in one slice."""
 
     entries: list[tuple[Hashable, list[int], DecodeParams]]
-    cross_k: torch.Tensor  # (L, B, H, S, Dh): cross-attention keys of every decoder layer
-    cross_v: torch.Tensor  # (L, B, H, S, Dh)
-    mask: torch.Tensor  # (B, S) True on real source tokens
+    cross_k: torch.Tensor  # (L, R, H, S, Dh): cross-attention keys of every decoder layer, R rows of the entries
+    cross_v: torch.Tensor  # (L, R, H, S, Dh)
+    mask: torch.Tensor  # (R, S) True on real source tokens
 
     @property
     def rows(self) -> int:
-        return sum(params.num_beams for _, _, params in self.entries)
+        return self.mask.shape[0]
+
+    def without(self, dropped: frozenset) -> "Encoded":
+        """The entries whose keys are not in `dropped` (cancelled while they were encoded), and their rows."""
+        kept, rows, first = [], [], 0
+        for entry in self.entries:
+            beams = entry[2].num_beams
+            if entry[0] not in dropped:
+                kept.append(entry)
+                rows += range(first, first + beams)
+            first += beams
+        if len(kept) == len(self.entries):
+            return self
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        return Encoded(kept, self.cross_k.index_select(1, index), self.cross_v.index_select(1, index),
+                       self.mask.index_select(0, index))
 
 
 class BatchDecoder:
@@ -88,35 +104,34 @@ class BatchDecoder:
             self.check(ids, params)
         memory, mask = self.model.encode_sources([ids for _, ids, _ in entries])  # (B, S, D), (B, S)
         cross_k, cross_v = self.model.cross_kv(memory)  # (L, B, H, S, Dh)
+        beams = [params.num_beams for _, _, params in entries]
+        if max(beams) > 1:  # each beam its own row: (L, R, H, S, Dh), (R, S)
+            index = torch.repeat_interleave(torch.tensor(beams, device=mask.device))
+            cross_k, cross_v, mask = cross_k.index_select(1, index), cross_v.index_select(1, index), mask[index]
         return Encoded(entries, cross_k, cross_v, mask)
 
     @torch.inference_mode()
     def join(self, encoded: Encoded, dropped: frozenset = frozenset()) -> None:
         """Encoded requests join the batch (all but the keys in `dropped`: cancelled while they were encoded)."""
-        kept = [i for i, (key, _, _) in enumerate(encoded.entries) if key not in dropped]
-        keys = [encoded.entries[i][0] for i in kept]
+        encoded = encoded.without(dropped)
+        keys = [key for key, _, _ in encoded.entries]
         if len(set(keys)) < len(keys) or any(key in self.searches for key in keys):
             raise ValueError("admit needs keys that are not already decoding")
-        need = sum(encoded.entries[i][2].num_beams for i in kept)
-        if need > self.free_rows:
-            raise RuntimeError(f"admit needs {need} rows, {self.free_rows} free")
-        cfg, device = self.model.config, self.model.device
-        first_free = self.live_rows
-        rows, sources, row_params = [], [], []
-        for i in kept:
-            key, ids, params = encoded.entries[i]
+        if encoded.rows > self.free_rows:
+            raise RuntimeError(f"admit needs {encoded.rows} rows, {self.free_rows} free")
+        if not keys:
+            return
+        cfg = self.model.config
+        first_free = row = self.live_rows
+        row_params = []
+        for key, ids, params in encoded.entries:
             search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
-            search.rows = list(range(first_free + len(rows), first_free + len(rows) + params.num_beams))
-            rows += search.rows
-            sources += [i] * params.num_beams
+            search.rows = list(range(row, row + params.num_beams))
+            row += params.num_beams
             row_params += [params] * params.num_beams
             self.searches[key] = search
-        if not rows:
-            return
-        index = torch.tensor(sources, device=device)
-        self.cache.write_source(torch.tensor(rows, device=device), encoded.cross_k[:, index],
-                                encoded.cross_v[:, index], encoded.mask[index])
-        self.rules.admit(rows, row_params)
+        self.cache.write_source(first_free, encoded.cross_k, encoded.cross_v, encoded.mask)
+        self.rules.admit(list(range(first_free, row)), row_params)
 
     @torch.inference_mode()
     def step(self) -> list[StepEvent]:

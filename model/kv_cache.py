@@ -22,10 +22,12 @@ class KVCache:
         self.source_mask = torch.zeros((rows, max_source_len), dtype=torch.bool, device=device)  # (R, S)
         self.source_mask[:, 0] = True  # a free row a static-shape step runs over attends somewhere: no NaN
 
-    def write_source(self, rows: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
+    def write_source(self, first: int, cross_k: torch.Tensor, cross_v: torch.Tensor,
                      source_mask: torch.Tensor) -> None:
-        """Store cross-attention K/V (L, n, H, S', Dh) and the source mask (n, S') of new sequences in `rows`."""
-        s = source_mask.shape[1]
+        """Store cross-attention K/V (L, n, H, S', Dh) and the source mask (n, S') of new sequences in rows
+        [first, first + n)."""
+        n, s = source_mask.shape
+        rows = slice(first, first + n)
         self.cross_k[:, rows, :, :s] = cross_k
         self.cross_v[:, rows, :, :s] = cross_v
         self.source_mask[rows] = False

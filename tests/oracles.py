@@ -17,7 +17,7 @@ def assert_cached_steps_equal_full(model, sources: list[list[int]], steps: int =
     cache = model.new_cache(len(sources), steps + 1, src.shape[1])
     with torch.inference_mode():
         k, v = model.cross_kv(model.encode(src, mask))
-        cache.write_source(torch.arange(len(sources)), k, v, mask)
+        cache.write_source(0, k, v, mask)
         prefix = torch.full((len(sources), 1), model.config.decoder_start_token_id)
         for t in range(steps):
             cached = model.decode_step(cache, prefix[:, -1], torch.full((len(sources),), t), t + 1, src.shape[1])

@@ -114,6 +114,29 @@ def test_cancel_frees_rows_and_spares_the_others(translator, cancelled):
     assert decoder.live_rows == 0 and decoder.free_rows == 8
 
 
+def test_requests_cancelled_while_encoded_do_not_join(translator):
+    """One encoder pass for greedy and beam requests; two are cancelled before it joins: the others take rows
+    [0, 4) with their own sources and decode as they do alone."""
+    tok = translator.bundle.tokenizer
+    beams = [1, 2, 3, 1]
+    params = [DecodeParams(max_new_tokens=12, num_beams=b, bad_words_ids=((tok.pad_id,),), forced_eos_token_id=0)
+              for b in beams]
+    decoder = BatchDecoder(translator.bundle.network, capacity=8, max_source_len=128, max_new_tokens=12)
+    encoded = decoder.encode([(i, tok.encode(SENTENCES[i]), params[i]) for i in range(4)])
+    assert encoded.rows == 7
+    decoder.join(encoded, dropped=frozenset({1, 3}))
+    assert {key: s.rows for key, s in decoder.searches.items()} == {0: [0], 2: [1, 2, 3]}
+    results = {}
+    while decoder.searches:
+        for event in decoder.step():
+            if event.results:
+                results[event.key] = event.results[0].token_ids
+    for i in (0, 2):
+        alone = translator.translate([SENTENCES[i]], beam_size=beams[i], max_new_tokens=12)[0]
+        assert results[i] == alone.token_ids, i
+    assert sorted(results) == [0, 2] and decoder.free_rows == 8
+
+
 def test_admit_rejects_a_key_already_decoding(translator):
     decoder = BatchDecoder(translator.bundle.network, capacity=4, max_source_len=32, max_new_tokens=7)
     params = DecodeParams(max_new_tokens=5)
