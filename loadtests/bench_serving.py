@@ -7,8 +7,9 @@ Serve (`python -m server`: its replicas serve HTTP themselves; `ray-proxy`: `--s
 Every path gets the same demo texts (number words of mixed magnitudes, four target languages, greedy).
 Closed-loop clients send their next request when the previous answer has arrived; HTTP load comes from
 `loadtests.http_load` (one lean asyncio process, raw HTTP/1.1 keep-alive), not locust, so the load generator
-takes little CPU from the server. Prints texts/s with the share of `Translator.translate` (batch 32), latency
-percentiles, whether every output equals the engine's, and CPU milliseconds per request by process.
+takes little CPU from the server. Prints texts/s with the share of `Translator.translate` (batch 32) run just
+before each cell (beside the idle server on the HTTP paths), latency percentiles, whether every output equals
+Translator's, and CPU milliseconds per request by process.
 """
 
 from __future__ import annotations
@@ -188,22 +189,26 @@ def main(argv: list[str] | None = None) -> None:
     translator = Translator.from_pretrained()
     texts = demo_texts(args.texts, seed=7)
     translator.translate([t for t, _ in texts[:64]], target_lang="de")  # warm-up
-    reference = run_translator(translator, texts)
+    reference = run_translator(translator, texts)  # the outputs every path must give
     clients, per_request = [int(c) for c in args.clients.split(",")], [int(k) for k in args.texts_per_request.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads for Translator.translate); demo model, greedy; {len(texts)} texts "
           f"({args.one_client_texts} at one client)\n", flush=True)
-    print("| path | clients | texts/request | texts/s | share | p50 ms | p95 ms | outputs = Translator |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| path | clients | texts/request | texts/s | Translator texts/s | share | p50 ms | p95 ms "
+          "| outputs = Translator |")
+    print("|---|---|---|---|---|---|---|---|---|")
     results = [reference]
-    row(reference, reference)
+    row(reference, reference, reference)
 
     def matrix(run):
+        """Each cell right after a run of the reference: the share compares the two side by side (this VM's speed
+        drifts by a third within minutes)."""
         for c in clients:
             for k in per_request:
                 share = texts if c > 1 else texts[:args.one_client_texts]
+                beside = run_translator(translator, texts)
                 results.append(run(share, c, k))
-                row(results[-1], reference)
+                row(results[-1], beside, reference)
 
     paths = args.paths.split(",")
     if "engine" in paths:
@@ -228,12 +233,14 @@ def main(argv: list[str] | None = None) -> None:
                   f"({top})")
 
 
-def row(r: Result, reference: Result) -> None:
+def row(r: Result, beside: Result, reference: Result) -> None:
+    """One table row: r's speed against `beside` (the reference run just before it), outputs against the first
+    reference run's."""
     same = sum(o == reference.outputs[i] for i, o in enumerate(r.outputs))
     clients = r.clients or "—"
-    print(f"| {r.path} | {clients} | {r.per_request} | {r.texts_s:.0f} | {r.texts_s / reference.texts_s:.2f} "
-          f"| {statistics.median(r.latencies) * 1000:.1f} | {r.pct(0.95):.1f} | {same}/{len(r.outputs)} |",
-          flush=True)
+    print(f"| {r.path} | {clients} | {r.per_request} | {r.texts_s:.0f} | {beside.texts_s:.0f} "
+          f"| {r.texts_s / beside.texts_s:.2f} | {statistics.median(r.latencies) * 1000:.1f} | {r.pct(0.95):.1f} "
+          f"| {same}/{len(r.outputs)} |", flush=True)
 
 
 if __name__ == "__main__":
