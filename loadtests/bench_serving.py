@@ -69,7 +69,9 @@ def requests_of(texts: Texts, per_request: int) -> list[list[int]]:
 
 
 def run_translator(translator: Translator, texts: Texts) -> Result:
-    """One batched call per target language (batch 32), longest first as Translator.translate sorts them."""
+    """One batched call per target language (batch 32), longest first as Translator.translate sorts them, with
+    torch's threads on every core (the engine path sets fewer)."""
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     outputs = [""] * len(texts)
     start = time.perf_counter()
     for group in requests_of(texts, len(texts)):
@@ -212,8 +214,11 @@ def main(argv: list[str] | None = None) -> None:
 
     paths = args.paths.split(",")
     if "engine" in paths:
-        set_engine_threads(len(os.sched_getaffinity(0)), Settings())  # as `python -m server` sets them
-        matrix(lambda share, c, k: run_engine(translator, share, c, k, Settings()))
+        def engine(share, c, k):
+            set_engine_threads(len(os.sched_getaffinity(0)), Settings())  # as `python -m server` sets them
+            return run_engine(translator, share, c, k, Settings())
+
+        matrix(engine)
     url = f"http://127.0.0.1:{args.port}"
     servers = [("no-ray", "--no-ray" + (f" --workers {w}" if w != "1" else "")) for w in args.workers.split(",")]
     for path, server_args in servers + [("ray", ""), ("ray-proxy", "--serve-proxy")]:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -110,6 +111,10 @@ def wait_ready(host: str, process: subprocess.Popen, log: Path, timeout_s: float
 
 @contextmanager
 def served(host: str, server_args: str, log: Path, ready_timeout_s: float = 180.0, stop_timeout_s: float = 30.0):
+    address = urlsplit(host)
+    with contextlib.suppress(OSError), socket.create_connection((address.hostname, address.port), timeout=2):
+        # it would answer /readyz before the new server had found its port taken: a run measuring the wrong one
+        raise RuntimeError(f"something already listens at {host}: stop it or choose another port")
     command = server_command(host, server_args)
     print(f"starting server: {shlex.join(command)} (log: {log})", flush=True)
     process = start_group(command, log)
