@@ -14,7 +14,7 @@ from torch import nn
 
 from .architecture import Architecture, ModelConfig, Positions
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, embed_scale, make_norm
+from .layers import DecoderLayer, EncoderLayer, embed_scale, make_norm, optional_dropout
 from .positions import RelativePositionBias, position_embeddings
 
 
@@ -59,7 +59,7 @@ class Seq2SeqTransformer(nn.Module):
         self.lm_head.bias.requires_grad_(False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.decoder_embed.weight
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = optional_dropout(dropout)
 
     @property
     def device(self) -> torch.device:
@@ -71,8 +71,11 @@ class Seq2SeqTransformer(nn.Module):
 
     def _embed(self, embedding: nn.Embedding, norm: nn.Module, ids: torch.Tensor,
                positions: torch.Tensor | None) -> torch.Tensor:
-        x = embedding(ids) * self.embed_scale
-        return self.dropout(norm(x if positions is None else x + positions))
+        x = embedding(ids)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        x = norm(x if positions is None else x + positions)
+        return x if self.dropout is None else self.dropout(x)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D)."""
@@ -175,11 +178,12 @@ class Seq2SeqTransformer(nn.Module):
         if self.decoder_relative_bias is not None:  # (n, H, 1, T): this position's bias row, -inf on the future
             self_mask = self.decoder_relative_bias.step(positions, target_len).masked_fill(~self_mask, float("-inf"))
         cross_mask = cache.source_mask[:n, None, None, :source_len]  # (n, 1, 1, S)
-        for i, layer in enumerate(self.decoder_layers):
+        self_k, self_v, cross_k, cross_v = cache.layer_views(n, target_len, source_len)  # L × (n, H, T or S, Dh)
+        rows = torch.arange(n, device=tokens.device)
+        for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k, self_v, cross_k, cross_v):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
-            cache.write_step(i, n, positions, k[:, :, 0], v[:, :, 0])
-            attn = layer.self_attn.attend(q, cache.self_k[i, :n, :, :target_len], cache.self_v[i, :n, :, :target_len],
-                                          self_mask)
-            x = layer.post_self_attention(x, attn, cache.cross_k[i, :n, :, :source_len],
-                                          cache.cross_v[i, :n, :, :source_len], cross_mask)
+            k_cache[rows, :, positions] = k[:, :, 0]  # this step's key and value at each row's position
+            v_cache[rows, :, positions] = v[:, :, 0]
+            attn = layer.self_attn.attend(q, k_cache, v_cache, self_mask)
+            x = layer.post_self_attention(x, attn, k_cross, v_cross, cross_mask)
         return self.logits(x[:, 0])
