@@ -50,8 +50,6 @@ def serve(model_paths: list[str] | None, settings: Settings) -> int:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-
-
 class Supervisor:
     """Starts the workers, starts a new one for each that dies, and on SIGTERM/SIGINT stops them all (each drains
     its requests). A worker that dies before it ever served stops the server: the next one would fail alike."""

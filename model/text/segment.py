@@ -98,7 +98,6 @@ def _cut(text: str, start: int, end: int, fits: Fits, level: int) -> list[tuple[
     return chunks
 
 
-
 def _pack(text: str, pieces: list[tuple[int, int]], fits: Fits) -> list[tuple[int, int]]:
     """Consecutive pieces joined greedily into the longest chunks that fit (galloping, then bisecting, so a long
     unit costs O(length · log length) in `fits`); a piece that fits alone is never split here."""
