@@ -44,12 +44,11 @@ class Encoded:
     def without(self, dropped: frozenset) -> "Encoded":
         """The entries whose keys are not in `dropped` (cancelled while they were encoded), and their rows."""
         kept, rows, first = [], [], 0
-        for entry in self.entries:
-            beams = entry[2].num_beams
-            if entry[0] not in dropped:
-                kept.append(entry)
-                rows += range(first, first + beams)
-            first += beams
+        for key, ids, params in self.entries:
+            if key not in dropped:
+                kept.append((key, ids, params))
+                rows += range(first, first + params.num_beams)
+            first += params.num_beams
         if len(kept) == len(self.entries):
             return self
         index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
@@ -107,7 +106,8 @@ class BatchDecoder:
         beams = [params.num_beams for _, _, params in entries]
         if max(beams) > 1:  # each beam its own row: (L, R, H, S, Dh), (R, S)
             index = torch.repeat_interleave(torch.tensor(beams, device=mask.device))
-            cross_k, cross_v, mask = cross_k.index_select(1, index), cross_v.index_select(1, index), mask[index]
+            cross_k, cross_v = cross_k.index_select(1, index), cross_v.index_select(1, index)
+            mask = mask.index_select(0, index)
         return Encoded(entries, cross_k, cross_v, mask)
 
     @torch.inference_mode()
