@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
                                 key=lambda pair: pair[1].texts_s / pair[0].texts_s)
                 beside, result = rounds[len(rounds) // 2]
                 results.append(result)
-                row(result, beside, reference)
+                row(result, beside, reference, [r for _, r in rounds])
 
     paths = args.paths.split(",")
     if "engine" in paths:
@@ -244,10 +244,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"({top})")
 
 
-def row(r: Result, beside: Result, reference: Result) -> None:
-    """One table row: r's speed against `beside` (the reference run just before it), outputs against the first
-    reference run's."""
-    same = sum(o == reference.outputs[i] for i, o in enumerate(r.outputs))
+def row(r: Result, beside: Result, reference: Result, rounds: list[Result] | None = None) -> None:
+    """One table row: r's speed against `beside` (the reference run just before it); the outputs of every round
+    against the first reference run's (the fewest equal of any round)."""
+    same = min(sum(o == reference.outputs[i] for i, o in enumerate(each.outputs)) for each in rounds or [r])
     clients = r.clients or "—"
     print(f"| {r.path} | {clients} | {r.per_request} | {r.texts_s:.0f} | {beside.texts_s:.0f} "
           f"| {r.texts_s / beside.texts_s:.2f} | {statistics.median(r.latencies) * 1000:.1f} | {r.pct(0.95):.1f} "
