@@ -98,10 +98,8 @@ class Seq2SeqTransformer(nn.Module):
         lengths = torch.tensor([len(ids) for ids in sources])
         longest = int(lengths.max())
         mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S)
-        src = torch.full((len(sources), longest), self.config.pad_token_id, dtype=torch.long)
-        for i, ids in enumerate(sources):
-            src[i, : len(ids)] = torch.tensor(ids)
-        src = src.to(device)
+        pad = self.config.pad_token_id
+        src = torch.tensor([[*ids, *[pad] * (longest - len(ids))] for ids in sources], device=device)  # (B, S)
         if self.encoder_positions is None:
             return self.encode(src, mask), mask
         segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there
