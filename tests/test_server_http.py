@@ -111,6 +111,40 @@ def test_hang_ups_mid_stream_free_their_rows(tiny_server):
     assert metric(tiny_server, "s2s_kv_cache_rows_used") == 0
 
 
+def test_a_hang_up_mid_batch_spares_the_other_requests(slow_server):
+    """A request admitted first (row 0) hangs up while three later ones decode: its row is refilled from the tail
+    and the three finish with the text each gives alone; no engine step fails."""
+    url = slow_server
+    bodies = [{"text": f"hello {word}", "max_new_tokens": 60, "num_beams": 1} for word in ("one", "two", "three")]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        alone = [client.post("/v1/generate", json=b).json()["text"] for b in bodies]
+    failures = metric(url, "s2s_engine_failures_total")
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            async def running(count: int) -> bool:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    if Scrape((await client.get("/metrics")).text).get("s2s_running_sequences") == count:
+                        return True
+                    await asyncio.sleep(0.005)
+                return False
+
+            first = send_and_keep_open(url, "/v1/generate", {"text": "hello", "max_new_tokens": 250, "num_beams": 1})
+            try:
+                assert await running(1), "the first request never decoded"
+                others = [asyncio.create_task(client.post("/v1/generate", json=b)) for b in bodies]
+                assert await running(4), "the three never decoded beside the first"
+            finally:
+                first.close()  # the client hangs up: the first request is cancelled
+            return await asyncio.gather(*others)
+
+    responses = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200, 200, 200], [r.text for r in responses]
+    assert [r.json()["text"] for r in responses] == alone
+    assert metric(url, "s2s_engine_failures_total") == failures
+
+
 def test_hang_ups_of_non_streaming_requests_cancel_them(slow_server):
     """A client that hangs up on a plain (non-streaming) request cancels it: its running and waiting sequences
     leave at once, long before the request would have finished, and none of them finishes afterwards."""
@@ -138,8 +172,8 @@ def test_hang_ups_of_non_streaming_requests_cancel_them(slow_server):
         generation.close()
         assert eventually(lambda: queued(Scrape.of(url)) == translation_queued, timeout=10), \
             "the generation stayed queued"
-        assert metric(url, "s2s_requests_total", route="/v1/generate", status="499") == 1
         at_hang_up = Scrape.of(url)
+        assert at_hang_up.delta(before, "s2s_requests_total", route="/v1/generate", status="499") == 1
     finally:
         translation.close()
     hung_up = time.monotonic()
