@@ -77,7 +77,8 @@ class BatchDecoder:
 
     @property
     def live_rows(self) -> int:
-        return sum(len(s.rows) for s in self.searches.values())
+        # a snapshot of the searches: other threads read this (metrics) while the decoding thread changes them
+        return sum(len(s.rows) for s in tuple(self.searches.values()))
 
     @property
     def free_rows(self) -> int:
