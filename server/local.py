@@ -8,7 +8,7 @@ from model import load
 
 from . import metrics
 from .domain import ModelInfo
-from .registry import ModelEntry, ModelRegistry, model_info
+from .registry import ModelEntry, ModelRegistry, model_info, model_limits
 from .service import ModelService
 from .settings import Settings
 
@@ -41,6 +41,19 @@ def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     return ModelService(entry.name, bundle, settings)
 
 
+def start_service(entry: ModelEntry, settings: Settings) -> ModelService:
+    """A model served from this process: with `engine_process` on the CPU, its weights and engine loop in a child
+    process (engine_process.EngineProcess) and only its tokenizer here; otherwise all of it here."""
+    if not settings.engine_process or resolve_device(settings)[0] != "cpu":
+        return load_service(entry, settings)
+    from .engine_process import EngineProcess
+
+    bundle = load(entry.path, weights=False)
+    limited = model_limits(settings, bundle.max_positions)
+    return ModelService(entry.name, bundle, settings,
+                        EngineProcess(entry.path, limited, entry.name, torch.get_num_threads()))
+
+
 def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
     for service in services:
         if not service.loop.alive:
@@ -53,7 +66,7 @@ def services_health(services: list[ModelService], stale_after_s: float) -> tuple
 class LocalModels:
     def __init__(self, settings: Settings, registry: ModelRegistry):
         self.registry, self.settings = registry, settings
-        self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
+        self.services = {name: start_service(entry, settings) for name, entry in registry.entries.items()}
 
     async def get(self, name: str | None, source_lang: str | None = None,
                   target_lang: str | None = None) -> ModelService:

@@ -1,4 +1,4 @@
-"""The engine loop: a background thread per replica runs scheduler → engine steps; asyncio submits and awaits.
+"""The engine loop: a background thread per model runs scheduler → engine steps; asyncio submits and awaits.
 
 Outputs go back to each event loop through a Mailbox: one call_soon_threadsafe per step however many outputs
 the step made (a wake-up per output cost the event loop more than the outputs themselves). A failed step fails
@@ -13,9 +13,9 @@ import logging
 import threading
 import time
 import weakref
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
-from model import DecodeParams
+from model import AlignmentInput, DecodeParams
 
 from .engine import Engine
 from .errors import EngineFailed
@@ -51,13 +51,75 @@ class Mailbox:
             queue.put_nowait(output)
 
 
-class EngineLoop:
-    def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats):
-        self.engine, self.scheduler, self.stats = engine, scheduler, stats
+class EngineHandle:
+    """The asyncio side of one model's engine: submit sequences, await their outputs, cancel them, align words.
+    The engine runs in this process (EngineLoop) or in a process of its own (engine_process.EngineProcess)."""
+
+    def __init__(self):
+        self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
+
+    def submit(self, sources: list[tuple[list[int], DecodeParams]], group: int | None = None,
+               stream: bool = True) -> list[tuple[SeqRequest, asyncio.Queue]]:
+        """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
+        outputs: every new token when `stream`, then the final output. The sequences form one group (the
+        scheduler shares rows between groups): a new one, or `group` when a request submits more later."""
+        loop = asyncio.get_running_loop()
+        mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
+        out = []
+        for ids, params in sources:
+            queue: asyncio.Queue[Output] = asyncio.Queue()
+            request = SeqRequest(ids, params, (lambda o, q=queue: mailbox.post(q, o)), group=group, stream=stream)
+            group = request.group  # the first one's id when no group was given
+            out.append((request, queue))
+        self.add([r for r, _ in out])
+        return out
+
+    async def outputs(self, request: SeqRequest, queue: asyncio.Queue) -> AsyncIterator[Output]:
+        """Outputs of one sequence until its final one; cancelling the consumer cancels the sequence."""
+        try:
+            while True:
+                output = await queue.get()
+                yield output
+                if not isinstance(output, TokenOutput):
+                    return
+        finally:
+            self.cancel(request)
+
+    def add(self, requests: list[SeqRequest]) -> None:
+        """Queue all of `requests` or none (QueueFull); thread-safe."""
+        raise NotImplementedError
+
+    def cancel(self, *requests: SeqRequest) -> None:
+        """Cancel unfinished sequences together: a request's sequences all leave before the next schedule, so
+        none of its waiting ones is admitted while the others are being cancelled."""
+        raise NotImplementedError
+
+    async def align(self, inputs: list[AlignmentInput]) -> list:
+        """Word alignments of translated units (model.word_alignments)."""
+        raise NotImplementedError
+
+    @property
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def seconds_since_progress(self) -> float:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 10.0) -> None:
+        raise NotImplementedError
+
+
+class EngineLoop(EngineHandle):
+    """The engine thread of one model in this process. `aligner`: model.word_alignments over the model's bundle
+    (a torch pass; run in a worker thread beside the engine's, the network's forward only reads it)."""
+
+    def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats,
+                 aligner: Callable[[list[AlignmentInput]], list] | None = None):
+        super().__init__()
+        self.engine, self.scheduler, self.stats, self.aligner = engine, scheduler, stats, aligner
         self.lock = threading.Condition()
         self.heartbeat = time.monotonic()
         self.stopping = False
-        self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     def start(self) -> "EngineLoop":
@@ -79,28 +141,13 @@ class EngineLoop:
         return time.monotonic() - self.heartbeat
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def submit(self, sources: list[tuple[list[int], DecodeParams]], group: int | None = None,
-               stream: bool = True) -> list[tuple[SeqRequest, asyncio.Queue]]:
-        """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
-        outputs: every new token when `stream`, then the final output. The sequences form one group (the
-        scheduler shares rows between groups): a new one, or `group` when a request submits more later."""
-        loop = asyncio.get_running_loop()
-        mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
-        out = []
-        for ids, params in sources:
-            queue: asyncio.Queue[Output] = asyncio.Queue()
-            request = SeqRequest(ids, params, (lambda o, q=queue: mailbox.post(q, o)), group=group, stream=stream)
-            group = request.group  # the first one's id when no group was given
-            out.append((request, queue))
+    def add(self, requests: list[SeqRequest]) -> None:
         with self.lock:
-            self.scheduler.add([r for r, _ in out])
+            self.scheduler.add(requests)
             self._record_queues()
             self.lock.notify()
-        return out
 
     def cancel(self, *requests: SeqRequest) -> None:
-        """Cancel unfinished sequences together: a request's sequences all leave before the next schedule, so
-        none of its waiting ones is admitted while the others are being cancelled."""
         with self.lock:
             unfinished = [r for r in requests if not r.done]
             for request in unfinished:
@@ -109,16 +156,8 @@ class EngineLoop:
                 self._record_queues()
                 self.lock.notify()
 
-    async def outputs(self, request: SeqRequest, queue: asyncio.Queue) -> AsyncIterator[Output]:
-        """Outputs of one sequence until its final one; cancelling the consumer cancels the sequence."""
-        try:
-            while True:
-                output = await queue.get()
-                yield output
-                if not isinstance(output, TokenOutput):
-                    return
-        finally:
-            self.cancel(request)
+    async def align(self, inputs: list[AlignmentInput]) -> list:
+        return await asyncio.to_thread(self.aligner, inputs)
 
     # ---- engine thread ------------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 from prometheus_client import (
     REGISTRY,
@@ -146,35 +147,48 @@ def enable_ray_export() -> None:
             metric.export_to_ray()
 
 
-class EngineStats:
-    """Every metric one model's engine loop records, written here (the loop only runs steps)."""
+BY_NAME = {metric.name: metric for metric in ALL}
+_targets: dict[tuple[str, tuple[str, ...]], Mirrored | Labelled] = {}
 
-    def __init__(self, model: str):
-        self.waiting, self.running, self.rows = WAITING.labels(model), RUNNING.labels(model), KV_ROWS_USED.labels(model)
+
+def record(name: str, labels: tuple[str, ...], method: str, value: float) -> None:
+    """One observation of the metric called `name` (inc, observe or set), with these label values."""
+    target = _targets.get((name, labels))
+    if target is None:
+        metric = BY_NAME[name]
+        target = _targets.setdefault((name, labels), metric.labels(*labels) if labels else metric)
+    getattr(target, method)(value)
+
+
+class EngineStats:
+    """Every metric one model's engine loop records, written here (the loop only runs steps). Each observation
+    goes to `sink` (metric name, label values, method, value): recorded in this process by default; an engine in
+    a process of its own sends them to the server's (engine_process)."""
+
+    def __init__(self, model: str, sink: Callable[[str, tuple[str, ...], str, float], None] = record):
+        self.model, self.sink = (model,), sink
 
     def queues(self, waiting: int, running: int, rows_used: int) -> None:
-        self.waiting.set(waiting)
-        self.running.set(running)
-        self.rows.set(rows_used)
+        self.sink(WAITING.name, self.model, "set", waiting)
+        self.sink(RUNNING.name, self.model, "set", running)
+        self.sink(KV_ROWS_USED.name, self.model, "set", rows_used)
 
-    @staticmethod
-    def admitted(requests, now: float) -> None:
+    def admitted(self, requests, now: float) -> None:
         for request in requests:
-            QUEUE_WAIT.observe(now - request.arrived_at)
+            self.sink(QUEUE_WAIT.name, (), "observe", now - request.arrived_at)
 
-    @staticmethod
-    def stepped(seconds: float, rows: int, update, now: float) -> None:
+    def stepped(self, seconds: float, rows: int, update, now: float) -> None:
         """One engine step of `seconds` over `rows` rows and what it produced (a scheduler Update)."""
-        STEP_TIME.observe(seconds)
-        BATCH_ROWS.observe(rows)
+        self.sink(STEP_TIME.name, (), "observe", seconds)
+        self.sink(BATCH_ROWS.name, (), "observe", rows)
         for request in update.first_step:
-            TIME_TO_FIRST_TOKEN.observe(now - request.arrived_at)
+            self.sink(TIME_TO_FIRST_TOKEN.name, (), "observe", now - request.arrived_at)
         for request in update.finished:
-            INPUT_TOKENS.inc(len(request.source_ids))
-            OUTPUT_TOKENS.inc(request.output_tokens)
+            self.sink(INPUT_TOKENS.name, (), "inc", len(request.source_ids))
+            self.sink(OUTPUT_TOKENS.name, (), "inc", request.output_tokens)
             if request.steps > 1:
-                TIME_PER_OUTPUT_TOKEN.observe((now - request.first_token_at) / (request.steps - 1))
+                self.sink(TIME_PER_OUTPUT_TOKEN.name, (), "observe",
+                          (now - request.first_token_at) / (request.steps - 1))
 
-    @staticmethod
-    def failed() -> None:
-        ENGINE_FAILURES.inc()
+    def failed(self) -> None:
+        self.sink(ENGINE_FAILURES.name, (), "inc", 1)

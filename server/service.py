@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from functools import partial
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source,
@@ -14,7 +15,7 @@ from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, 
                      TranslatedText, TranslationJob, TranslationResult)
 from .engine import Engine
 from .errors import BadBody, InvalidRequest, QueueFull, RequestTimeout
-from .loop import EngineLoop
+from .loop import EngineHandle, EngineLoop
 from .metrics import EngineStats
 from .registry import model_limits
 from .request import ErrorOutput, FinalOutput, TokenOutput
@@ -22,15 +23,23 @@ from .scheduler import Scheduler
 from .settings import Settings
 
 
+def start_engine_loop(bundle: ModelBundle, settings: Settings, stats: EngineStats) -> EngineLoop:
+    """The model's engine loop in this process; `settings` limited to the model (registry.model_limits)."""
+    engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
+                    static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
+    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
+                          settings.max_request_share)
+    return EngineLoop(engine, scheduler, stats, partial(word_alignments, bundle)).start()
+
+
 class ModelService:
-    def __init__(self, name: str, bundle: ModelBundle, settings: Settings):
+    """`loop`: the model's engine when it runs elsewhere (an EngineProcess; `bundle` then needs no weights);
+    None: an engine loop in this process over `bundle.network`."""
+
+    def __init__(self, name: str, bundle: ModelBundle, settings: Settings, loop: EngineHandle | None = None):
         self.name, self.bundle = name, bundle
-        self.settings = settings = model_limits(settings, bundle.max_positions)
-        engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
-                        static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
-        scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
-                              settings.max_request_share)
-        self.loop = EngineLoop(engine, scheduler, EngineStats(name)).start()
+        self.settings = model_limits(settings, bundle.max_positions)
+        self.loop = loop or start_engine_loop(bundle, self.settings, EngineStats(name))
 
     def close(self) -> None:
         self.loop.stop()
@@ -128,14 +137,14 @@ class ModelService:
 
     async def _alignments(self, documents: list[Document], sources: list[Source],
                           finals: list[list[Hypothesis]]) -> list:
-        """Word alignments (cross-attention) of the units with inline marks, None for the others. A torch pass:
-        it runs in a worker thread, beside the engine's (the network's forward only reads it)."""
+        """Word alignments (cross-attention) of the units with inline marks, None for the others: a torch pass,
+        beside the engine's decoding."""
         alignments = [None] * len(sources)
         marked = marked_units(documents)
         if marked:
             units = [unit for document in documents for unit in document.units]
             inputs = [AlignmentInput(units[i], sources[i].ids, finals[i][0].token_ids) for i in marked]
-            for i, alignment in zip(marked, await asyncio.to_thread(word_alignments, self.bundle, inputs)):
+            for i, alignment in zip(marked, await self.loop.align(inputs)):
                 alignments[i] = alignment
         return alignments
 

@@ -193,8 +193,7 @@ def test_timeout_frees_rows(checkpoint):
             error = error_of(c.post("/v1/translate", json={"text": ["hello"] * 4, "max_new_tokens": 200,
                                                             "beam_size": 4}), 504)
             assert error["limit"] == 0.02
-            service = models.services[models.registry.default]
-            assert eventually(lambda: service.loop.engine.rows_in_use == 0, timeout=5)
+            assert eventually(lambda: Scrape(c.get("/metrics").text).get("s2s_kv_cache_rows_used") == 0, timeout=5)
     finally:
         models.close()
 

@@ -84,7 +84,8 @@ def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
 
 
 def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
-    settings = Settings(ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8)
+    settings = Settings(ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8, engine_process=False)  # a step
+    # of this process's engine loop is made to hang
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     service = models.services[models.registry.default]
     entered, release = threading.Event(), threading.Event()

@@ -1,0 +1,386 @@
+"""A model's engine in a process of its own (`engine_process`, the default on CPU): the HTTP side keeps the
+tokenizer, validation and detokenization; a child process loads the weights and runs the engine loop.
+
+Why: in one process the event loop, the encoder thread and the decoder thread share one interpreter lock. Each
+torch op of a decoder step lets the lock go, and taking it back waits for whichever thread holds it — under HTTP
+load the demo's step took twice as long as alone (README, serving-path benchmark). In its own process the step
+contends with nothing but the encoder.
+
+What crosses the pipes (pickled, batched):
+  to the engine    ("submit", [(id, group, source ids, params, stream, arrived_at)]), ("cancel", [id]),
+                   ("align", call id, inputs), ("stop",)
+  from the engine  ("ready",) or ("failed", reason) once loaded; ("outputs", [(id, output)], metric
+                   observations) once per step; ("reply", call id, result, error)
+Backpressure stays synchronous: the sequences sent and not yet admitted or cancelled are counted in shared
+memory, so `submit` raises QueueFull at once, as in one process. A heartbeat in shared memory tells health how
+recently the loop progressed. If the engine process dies (killed, out of memory), its requests fail with
+EngineFailed (503) and another is started; the server stays up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
+from multiprocessing.connection import Connection
+
+from model import AlignmentInput
+
+from .errors import EngineFailed, QueueFull
+from .loop import EngineHandle, EngineLoop
+from .metrics import EngineStats, record
+from .request import ErrorOutput, Output, SeqRequest, Status, TokenOutput
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+UNLIMITED = 2**62
+
+
+class EngineProcess(EngineHandle):
+    """The engine of the model at `path` in a child process, `settings` limited to the model. Blocks until the
+    child has loaded the model (its load errors are raised here)."""
+
+    def __init__(self, path: str | None, settings: Settings, name: str, threads: int):
+        super().__init__()
+        self.path, self.settings, self.name, self.threads = path, settings, name, threads
+        self.stats = EngineStats(name)
+        self.context = multiprocessing.get_context("spawn")
+        self.lock = threading.Lock()  # requests, calls and the pipe to the engine
+        self.requests: dict[int, SeqRequest] = {}  # unfinished, by id
+        self.calls: dict[int, asyncio.Future] = {}
+        self.call_ids = itertools.count()
+        self.stopping = False
+        self._start()
+        self.reader = threading.Thread(target=self._read, name=f"engine-process-{name}", daemon=True)
+        self.reader.start()
+
+    def _start(self) -> None:
+        """A new engine process, loaded; until it is, sends go to the one before (a dead one: EngineFailed)."""
+        queued = self.context.Value("q", 0)  # sequences sent and not yet admitted or cancelled
+        heartbeat = self.context.Value("d", time.monotonic())  # the engine loop's last progress; -1: it died
+        inbox, to_engine = self.context.Pipe(duplex=False)
+        from_engine, outbox = self.context.Pipe(duplex=False)
+        process = self.context.Process(target=serve_engine, name=f"s2s-engine-{self.name}", daemon=True,
+                                       args=(self.path, self.settings, self.name, self.threads, inbox, outbox, queued,
+                                             heartbeat))
+        process.start()
+        inbox.close()
+        outbox.close()
+        while not from_engine.poll(0.5):
+            if not process.is_alive():
+                raise RuntimeError(f"the engine process of {self.name} exited ({process.exitcode}) while loading "
+                                   f"the model")
+        message = from_engine.recv()
+        if message[0] != "ready":
+            process.join(10)
+            raise RuntimeError(f"the engine process of {self.name} could not load the model: {message[1]}")
+        with self.lock:
+            self.process, self.queued, self.heartbeat = process, queued, heartbeat
+            self.to_engine, self.from_engine = to_engine, from_engine
+
+    # ---- asyncio side -------------------------------------------------------------------------------------
+    def add(self, requests: list[SeqRequest]) -> None:
+        limit = self.settings.max_queued_requests
+        with self.queued.get_lock():
+            if self.queued.value + len(requests) > limit:
+                raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}", limit=limit)
+            self.queued.value += len(requests)
+        with self.lock:
+            self.requests.update((r.id, r) for r in requests)
+            sent = self._send(("submit", [(r.id, r.group, r.source_ids, r.params, r.stream, r.arrived_at)
+                                          for r in requests]))
+            if not sent:
+                for request in requests:
+                    self.requests.pop(request.id, None)
+        if not sent:
+            raise EngineFailed("the engine process is restarting; retry shortly")
+
+    def cancel(self, *requests: SeqRequest) -> None:
+        with self.lock:
+            ids = [r.id for r in requests if self.requests.pop(r.id, None) is not None]
+            for request in requests:
+                if not request.done:
+                    request.status = Status.CANCELLED
+            if ids:
+                self._send(("cancel", ids))
+
+    async def align(self, inputs: list[AlignmentInput]) -> list:
+        future = asyncio.get_running_loop().create_future()
+        with self.lock:
+            call = next(self.call_ids)
+            self.calls[call] = future
+            if not self._send(("align", call, inputs)):
+                del self.calls[call]
+                raise EngineFailed("the engine process is restarting; retry shortly")
+        return await future
+
+    def _send(self, message) -> bool:
+        """Under self.lock. False when the engine process is gone."""
+        try:
+            self.to_engine.send(message)
+            return True
+        except (OSError, ValueError):  # a broken or closed pipe
+            return False
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive() and self.heartbeat.value >= 0
+
+    def seconds_since_progress(self) -> float:
+        return time.monotonic() - self.heartbeat.value if self.heartbeat.value >= 0 else float("inf")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self.lock:
+            self.stopping = True
+            self._send(("stop",))
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+        self.reader.join(timeout)
+
+    # ---- reader thread ------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        """Hands the engine's outputs and replies to their requests; when the engine process dies, fails what it
+        held and starts another."""
+        while True:
+            try:
+                message = self.from_engine.recv()
+            except (EOFError, OSError):
+                if self._engine_died():
+                    return
+                continue
+            try:
+                self._handle(message)
+            except Exception:  # a bug: keep delivering the others
+                log.exception("handling a message of the engine process of %s failed", self.name)
+
+    def _handle(self, message) -> None:
+        if message[0] == "outputs":
+            self._deliver(message[1])
+            for observation in message[2]:
+                record(*observation)
+        elif message[0] == "reply":
+            _, call, result, error = message
+            with self.lock:
+                future = self.calls.pop(call, None)
+            if future is not None:
+                settle(future, result, error)
+
+    def _deliver(self, outputs: list[tuple[int, Output]]) -> None:
+        for id, output in outputs:
+            final = not isinstance(output, TokenOutput)
+            with self.lock:
+                request = self.requests.pop(id, None) if final else self.requests.get(id)
+            if request is None:  # cancelled meanwhile
+                continue
+            if final:
+                request.status = Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED
+            try:
+                request.deliver(output)
+            except Exception:  # its event loop is gone
+                log.exception("delivering to request %s failed; cancelling it", request.id)
+                self.cancel(request)
+
+    def _engine_died(self) -> bool:
+        """Fails every request and call of the dead engine; starts another unless stopping. True: stop reading."""
+        self.process.join(5)
+        with self.lock:
+            requests, self.requests = list(self.requests.values()), {}
+            calls, self.calls = list(self.calls.values()), {}
+            stopping = self.stopping
+        error = EngineFailed(f"the engine process exited ({self.process.exitcode}) while decoding; retry")
+        for request in requests:
+            request.status = Status.FAILED
+            try:
+                request.deliver(ErrorOutput(error))
+            except Exception:
+                pass  # its event loop is gone too
+        for future in calls:
+            settle(future, None, error)
+        if stopping:
+            return True
+        log.error("the engine process of %s exited (%s); starting another", self.name, self.process.exitcode)
+        self.stats.failed()
+        self.heartbeat.value = -1
+        while not self.stopping:
+            try:
+                self._start()
+                return False
+            except Exception:
+                log.exception("restarting the engine process of %s failed; retrying", self.name)
+                time.sleep(1)
+        return True
+
+
+def settle(future: asyncio.Future, result, error: Exception | None) -> None:
+    def set_it():
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    try:
+        future.get_loop().call_soon_threadsafe(set_it)
+    except RuntimeError:
+        pass  # its event loop is closed
+
+
+# ---- the engine process --------------------------------------------------------------------------------------
+class Outbox:
+    """What the engine sends back, gathered between sends: a step's outputs go in one message."""
+
+    def __init__(self, conn: Connection):
+        self.conn, self.ready = conn, threading.Condition()
+        self.outputs: list[tuple[int, Output]] = []
+        self.observations: list[tuple] = []
+        self.replies: list[tuple] = []
+        self.closed = False
+
+    def output(self, id: int, output: Output) -> None:
+        with self.ready:
+            self.outputs.append((id, output))
+            if len(self.outputs) == 1:
+                self.ready.notify()
+
+    def observe(self, *observation) -> None:
+        with self.ready:
+            self.observations.append(observation)  # sent with the next outputs (or within a quarter second)
+
+    def reply(self, call: int, result, error: Exception | None) -> None:
+        with self.ready:
+            self.replies.append(("reply", call, result, error))
+            self.ready.notify()
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify()
+
+    def send_until_closed(self, loop: EngineLoop, heartbeat) -> None:
+        """The sender thread: sends what gathered and publishes the loop's heartbeat at least every 0.25 s."""
+        while True:
+            with self.ready:
+                if not (self.outputs or self.replies or self.closed):
+                    self.ready.wait(0.25)
+                outputs, observations, replies = self.outputs, self.observations, self.replies
+                self.outputs, self.observations, self.replies = [], [], []
+                closed = self.closed
+            heartbeat.value = loop.heartbeat if loop.alive else -1
+            try:
+                if outputs or observations:
+                    self.conn.send(("outputs", outputs, observations))
+                for reply in replies:
+                    self.conn.send(reply)
+            except (OSError, ValueError):
+                return  # the server process is gone
+            if closed:
+                return
+
+
+class EngineSideStats(EngineStats):
+    """The engine process's metrics go to the server process; an admitted sequence leaves the shared count."""
+
+    def __init__(self, model: str, outbox: Outbox, queued):
+        super().__init__(model, outbox.observe)
+        self.queued = queued
+
+    def admitted(self, requests, now: float) -> None:
+        super().admitted(requests, now)
+        if requests:
+            with self.queued.get_lock():
+                self.queued.value -= len(requests)
+
+
+def serve_engine(path: str | None, settings: Settings, name: str, threads: int, inbox: Connection,
+                 outbox_conn: Connection, queued, heartbeat) -> None:
+    """The engine process: loads the model, then serves the server's messages until it says stop or goes away."""
+    import signal
+
+    import torch
+
+    from model import load
+
+    from .local import resolve_device
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
+    torch.set_num_threads(threads)
+    try:
+        bundle = load(path, device="cpu", dtype=resolve_device(settings)[1],
+                      pack_tied_output=settings.pack_tied_output)
+    except Exception as e:
+        outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
+        return
+    EngineServer(bundle, settings, name, outbox_conn, queued, heartbeat).serve(inbox)
+
+
+class EngineServer:
+    """The engine process's side: the model's engine loop, fed from the pipe, its outputs into the outbox."""
+
+    def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued, heartbeat):
+        from .service import start_engine_loop
+
+        self.outbox, self.queued = Outbox(outbox_conn), queued
+        # The server process counts queued sequences against the limit; here they are only kept in order.
+        self.loop = start_engine_loop(bundle, replace(settings, max_queued_requests=UNLIMITED),
+                                      EngineSideStats(name, self.outbox, queued))
+        self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.loop, heartbeat),
+                                       name="engine-outbox")
+        self.aligner = ThreadPoolExecutor(1, thread_name_prefix="aligner")
+        self.requests: dict[int, SeqRequest] = {}  # unfinished, by id
+        self.sender.start()
+        outbox_conn.send(("ready",))
+
+    def serve(self, inbox: Connection) -> None:
+        try:
+            while self.handle(inbox):
+                pass
+        except Exception:  # a bug: exit, and the server fails what this engine held and starts another
+            log.exception("the engine process failed")
+        self.loop.stop()
+        self.aligner.shutdown(wait=True)
+        self.outbox.close()
+        self.sender.join(10)
+
+    def handle(self, inbox: Connection) -> bool:
+        """One message; False when it is time to stop (the server said so, or is gone)."""
+        try:
+            message = inbox.recv()
+        except (EOFError, OSError):
+            return False
+        kind = message[0]
+        if kind == "submit":
+            added = [SeqRequest(ids, params, partial(self.deliver, id), id=id, group=group, stream=stream,
+                                arrived_at=arrived_at) for id, group, ids, params, stream, arrived_at in message[1]]
+            self.requests.update((r.id, r) for r in added)
+            self.loop.add(added)
+        elif kind == "cancel":
+            self.cancel(message[1])
+        elif kind == "align":
+            self.aligner.submit(self.align, message[1], message[2])
+        return kind != "stop"
+
+    def deliver(self, id: int, output: Output) -> None:
+        """The engine thread's delivery of one output."""
+        if not isinstance(output, TokenOutput):
+            self.requests.pop(id, None)
+        self.outbox.output(id, output)
+
+    def cancel(self, ids: list[int]) -> None:
+        with self.loop.lock:  # no admission between counting the waiting ones and cancelling them
+            cancelled = [r for r in (self.requests.pop(id, None) for id in ids) if r is not None]
+            waiting = sum(r.status == Status.WAITING for r in cancelled)
+            self.loop.cancel(*cancelled)
+        if waiting:
+            with self.queued.get_lock():
+                self.queued.value -= waiting
+
+    def align(self, call: int, inputs: list[AlignmentInput]) -> None:
+        try:
+            self.outbox.reply(call, self.loop.aligner(inputs), None)
+        except Exception as e:
+            self.outbox.reply(call, None, e)
