@@ -1,5 +1,6 @@
 """The serving path against the engine, in one go on one machine: `Translator.translate`, the engine loop
-in-process, HTTP without Ray (`python -m server --no-ray`, one process and `--workers 2`) and HTTP through Ray
+in-process, HTTP without Ray (`python -m server --no-ray`: its engine in a process of its own, `--workers 2`, and
+`--engine-process false`: everything in one process) and HTTP through Ray
 Serve (`python -m server`: its replicas serve HTTP themselves; `ray-proxy`: `--serve-proxy`, through Serve's proxy).
 
     python -m loadtests.bench_serving [--texts 2000] [--clients 1,32] [--texts-per-request 1,8] [--workers 1,2]
@@ -129,6 +130,8 @@ def process_name(pid: int) -> str:
     except OSError:
         return "?"
     first = argv[0].decode(errors="replace")
+    if any(b"spawn_main" in arg for arg in argv):
+        return "engine process"
     if first.startswith("ray::"):
         return first.split()[0]
     name = Path(first).name
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--one-client-texts", type=int, default=400, help="texts sent by a single client")
     p.add_argument("--clients", default="1,32")
     p.add_argument("--texts-per-request", default="1,8")
-    p.add_argument("--paths", default="engine,no-ray,ray,ray-proxy")
+    p.add_argument("--paths", default="engine,no-ray,no-ray-in-process,ray,ray-proxy")
     p.add_argument("--workers", default="1,2", help="worker processes of the --no-ray servers measured")
     p.add_argument("--port", type=int, default=8031)
     p.add_argument("--server-args", default="", help="extra arguments for both servers")
@@ -227,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         matrix(engine)
     url = f"http://127.0.0.1:{args.port}"
     servers = [("no-ray", "--no-ray" + (f" --workers {w}" if w != "1" else "")) for w in args.workers.split(",")]
+    servers.append(("no-ray-in-process", "--no-ray --engine-process false"))
     for path, server_args in servers + [("ray", ""), ("ray-proxy", "--serve-proxy")]:
         if path not in paths:
             continue
