@@ -88,19 +88,18 @@ class EngineProcess(EngineHandle):
     # ---- asyncio side -------------------------------------------------------------------------------------
     def add(self, requests: list[SeqRequest]) -> None:
         limit = self.settings.max_queued_requests
-        with self.queued.get_lock():
-            if self.queued.value + len(requests) > limit:
-                raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}", limit=limit)
-            self.queued.value += len(requests)
-        with self.lock:
+        with self.lock:  # self.queued: the count of the engine process the sequences go to
+            with self.queued.get_lock():  # never held while sending: the engine's admissions take it too
+                if self.queued.value + len(requests) > limit:
+                    raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}",
+                                    limit=limit)
+                self.queued.value += len(requests)
+            if not self._send(("submit", [(r.id, r.group, r.source_ids, r.params, r.stream, r.arrived_at)
+                                          for r in requests])):
+                with self.queued.get_lock():
+                    self.queued.value -= len(requests)
+                raise EngineFailed("the engine process is restarting; retry shortly")
             self.requests.update((r.id, r) for r in requests)
-            sent = self._send(("submit", [(r.id, r.group, r.source_ids, r.params, r.stream, r.arrived_at)
-                                          for r in requests]))
-            if not sent:
-                for request in requests:
-                    self.requests.pop(request.id, None)
-        if not sent:
-            raise EngineFailed("the engine process is restarting; retry shortly")
 
     def cancel(self, *requests: SeqRequest) -> None:
         with self.lock:
