@@ -127,11 +127,12 @@ def run_engine(translator: Translator, texts: Texts, clients: int, per_request: 
 def process_name(pid: int) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
     first = argv[0].decode(errors="replace")
-    if any(b"spawn_main" in arg for arg in argv):
-        return "engine process"
+    if comm.startswith("s2s-"):  # the server's worker and engine processes
+        return comm
     if first.startswith("ray::"):
         return first.split()[0]
     name = Path(first).name

@@ -211,11 +211,23 @@ class EngineProcess(EngineHandle):
         while not self.stopping:
             try:
                 self._start()
+                with self.lock:
+                    if self.stopping:  # stop() came while it loaded: this one stops too (read until it has)
+                        self._send(("stop",))
                 return False
             except Exception:
                 log.exception("restarting the engine process of %s failed; retrying", self.name)
                 time.sleep(1)
         return True
+
+
+def name_this_process(name: str) -> None:
+    """The name ps and top show for this process (Linux; elsewhere it keeps its own)."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
 
 
 def settle(future: asyncio.Future, result, error: Exception | None) -> None:
@@ -307,6 +319,7 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
     from .local import resolve_device
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
+    name_this_process("s2s-engine")
     torch.set_num_threads(threads)
     try:
         bundle = load(path, device="cpu", dtype=resolve_device(settings)[1],

@@ -96,6 +96,9 @@ class Supervisor:
 def run_worker(model_paths: list[str] | None, settings: Settings, started: Event) -> None:
     """One worker process on its own socket bound to the shared port: with SO_REUSEPORT the kernel spreads new
     connections over the workers' sockets (on one shared socket, whichever worker woke first took a whole burst)."""
+    from .engine_process import name_this_process
+
+    name_this_process("s2s-worker")
     os.setpgrp()  # Ctrl-C reaches the supervisor only, which stops each worker once (a second signal would cut
     # uvicorn's drain short)
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()

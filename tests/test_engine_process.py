@@ -103,10 +103,10 @@ def test_backpressure_counts_what_waits_across_the_pipe(engine_process):
 
 
 def engine_pid(server_pid: int) -> int | None:
-    """The server's engine process (a child started by multiprocessing's spawn; its resource tracker is another)."""
+    """The server's engine process (one of its children: multiprocessing's resource tracker is another)."""
     children = [int(pid) for task in Path(f"/proc/{server_pid}/task").iterdir()
                 for pid in (task / "children").read_text().split()]
-    engines = [pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    engines = [pid for pid in children if Path(f"/proc/{pid}/comm").read_text().strip() == "s2s-engine"]
     return engines[0] if engines else None
 
 
