@@ -36,22 +36,19 @@ def set_engine_threads(cpus: float, settings: Settings) -> int:
 
 
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
+    """A model served from this process (`--no-ray`, or a Ray Serve replica): with `engine_process` on the CPU, its
+    weights and engine loop in a child process (engine_process.EngineProcess) and only its tokenizer here;
+    otherwise all of it here."""
     device, dtype = resolve_device(settings)
+    if settings.engine_process and device == "cpu":
+        from .engine_process import EngineProcess
+
+        bundle = load(entry.path, weights=False)
+        engine = EngineProcess(entry.path, model_limits(settings, bundle.max_positions), entry.name,
+                               torch.get_num_threads())
+        return ModelService(entry.name, bundle, settings, engine)
     bundle = load(entry.path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
     return ModelService(entry.name, bundle, settings)
-
-
-def start_service(entry: ModelEntry, settings: Settings) -> ModelService:
-    """A model served from this process: with `engine_process` on the CPU, its weights and engine loop in a child
-    process (engine_process.EngineProcess) and only its tokenizer here; otherwise all of it here."""
-    if not settings.engine_process or resolve_device(settings)[0] != "cpu":
-        return load_service(entry, settings)
-    from .engine_process import EngineProcess
-
-    bundle = load(entry.path, weights=False)
-    limited = model_limits(settings, bundle.max_positions)
-    return ModelService(entry.name, bundle, settings,
-                        EngineProcess(entry.path, limited, entry.name, torch.get_num_threads()))
 
 
 def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
@@ -66,7 +63,7 @@ def services_health(services: list[ModelService], stale_after_s: float) -> tuple
 class LocalModels:
     def __init__(self, settings: Settings, registry: ModelRegistry):
         self.registry, self.settings = registry, settings
-        self.services = {name: start_service(entry, settings) for name, entry in registry.entries.items()}
+        self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
     async def get(self, name: str | None, source_lang: str | None = None,
                   target_lang: str | None = None) -> ModelService:

@@ -17,7 +17,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model
-    engine_process: bool = True  # --no-ray on the CPU: each model's engine in a process of its own, beside HTTP
+    engine_process: bool = True  # on the CPU: each model's engine in a process of its own, beside HTTP
     replica_http: bool = False  # Ray Serve: each replica serves HTTP on host:port itself, no Serve proxy in front
     max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
