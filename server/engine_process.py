@@ -173,13 +173,15 @@ class EngineProcess(EngineHandle):
                 settle(future, result, error)
 
     def _deliver(self, outputs: list[tuple[int, Output]]) -> None:
-        for id, output in outputs:
-            final = not isinstance(output, TokenOutput)
-            with self.lock:
+        delivered = []
+        with self.lock:  # once for the step's outputs; a request cancelled meanwhile is gone: its outputs dropped
+            for id, output in outputs:
+                final = not isinstance(output, TokenOutput)
                 request = self.requests.pop(id, None) if final else self.requests.get(id)
-            if request is None:  # cancelled meanwhile
-                continue
-            if final:
+                if request is not None:
+                    delivered.append((request, output))
+        for request, output in delivered:
+            if not isinstance(output, TokenOutput):
                 request.status = Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED
             try:
                 request.deliver(output)
@@ -248,7 +250,8 @@ class Outbox:
     def __init__(self, conn: Connection):
         self.conn, self.ready = conn, threading.Condition()
         self.outputs: list[tuple[int, Output]] = []
-        self.observations: list[tuple] = []
+        self.observations: list[tuple] = []  # counters and histograms: each one counts
+        self.gauges: dict[tuple, tuple] = {}  # gauges, by metric and labels: only the last value counts
         self.replies: list[tuple] = []
         self.closed = False
 
@@ -258,9 +261,13 @@ class Outbox:
             if len(self.outputs) == 1:
                 self.ready.notify()
 
-    def observe(self, *observation) -> None:
+    def observe(self, name: str, labels: tuple[str, ...], method: str, value: float) -> None:
+        """A metric observation, sent with the next outputs (or within a quarter second)."""
         with self.ready:
-            self.observations.append(observation)  # sent with the next outputs (or within a quarter second)
+            if method == "set":
+                self.gauges[name, labels] = (name, labels, method, value)
+            else:
+                self.observations.append((name, labels, method, value))
 
     def reply(self, call: int, result, error: Exception | None) -> None:
         with self.ready:
@@ -278,8 +285,9 @@ class Outbox:
             with self.ready:
                 if not (self.outputs or self.replies or self.closed):
                     self.ready.wait(0.25)
-                outputs, observations, replies = self.outputs, self.observations, self.replies
-                self.outputs, self.observations, self.replies = [], [], []
+                outputs, replies = self.outputs, self.replies
+                observations = self.observations + list(self.gauges.values())
+                self.outputs, self.observations, self.gauges, self.replies = [], [], {}, []
                 closed = self.closed
             heartbeat.value = loop.heartbeat if loop.alive else -1
             try:
