@@ -32,12 +32,10 @@ from pathlib import Path
 import torch
 
 from model import Translator
-from server.engine import Engine
 from server.local import set_engine_threads
-from server.loop import EngineLoop
 from server.metrics import EngineStats
 from server.request import FinalOutput
-from server.scheduler import Scheduler
+from server.service import start_engine_loop
 from server.settings import Settings
 
 from .bench_batching import demo_texts
@@ -92,10 +90,7 @@ def run_engine(translator: Translator, texts: Texts, clients: int, per_request: 
     bundle = translator.bundle
     params = bundle.decode_params()
     sources = [bundle.source(text, None, lang) for text, lang in texts]
-    engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens)
-    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
-                          settings.max_request_share)
-    loop = EngineLoop(engine, scheduler, EngineStats("bench")).start()
+    loop = start_engine_loop(bundle, settings, EngineStats("bench"))
     outputs, latencies = [""] * len(texts), []
 
     async def client(requests: list[list[int]]):
