@@ -16,6 +16,7 @@ import torch
 from .architecture import ModelConfig
 from .checkpoint import load_network
 from .config import GenerationDefaults, read_generation_defaults, read_json
+from .cpu_memory import keep_freed_memory
 from .errors import CheckpointError
 from .families import Family, Languages, Tokenizer, family_for
 from .languages import UnsupportedLanguage, match_language
@@ -140,6 +141,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
                                pack_tied_output=pack_tied_output and dtype != "int8")  # int8 unpacks everything
         if dtype == "int8":
             network = quantize_int8(network)
+        if network.device.type == "cpu":
+            keep_freed_memory()
     normalize = None
     if normalize_punctuation:
         from sacremoses import MosesPunctNormalizer
