@@ -9,6 +9,7 @@ both. When nothing else is decoding, the engine waits for the encoder instead, s
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
 
 from model import BatchDecoder, Encoded, Seq2SeqTransformer, StepEvent
 
@@ -47,6 +48,11 @@ class Engine:
             if not self.decoder.searches:  # nobody to decode meanwhile
                 self._join()
         return self.decoder.step()
+
+    def beside_decoding(self, work: Callable, *args) -> Future:
+        """Other torch work on this model (word alignments) in the encoder's thread: beside the decoder steps, and
+        no third thread with an OpenMP team of its own (see local.in_passing_thread)."""
+        return self.encoder.submit(work, *args)
 
     def _join(self) -> None:
         """The encoding under way (if any) joins the batch; waits for it. Its errors are raised here."""

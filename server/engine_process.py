@@ -25,7 +25,6 @@ import logging
 import multiprocessing
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import Connection
@@ -324,18 +323,18 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
 
     from model import load
 
-    from .local import resolve_device
+    from .local import in_passing_thread, resolve_device
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
     name_this_process("s2s-engine")
     torch.set_num_threads(threads)
     try:
-        bundle = load(path, device="cpu", dtype=resolve_device(settings)[1],
-                      pack_tied_output=settings.pack_tied_output)
+        bundle = in_passing_thread(partial(load, path, device="cpu", dtype=resolve_device(settings)[1],
+                                           pack_tied_output=settings.pack_tied_output))
     except Exception as e:
         outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
         return
-    EngineServer(bundle, settings, name, outbox_conn, queued, heartbeat).serve(inbox)
+    in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat)).serve(inbox)
 
 
 class EngineServer:
@@ -350,7 +349,6 @@ class EngineServer:
                                       EngineSideStats(name, self.outbox, queued))
         self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.loop, heartbeat),
                                        name="engine-outbox")
-        self.aligner = ThreadPoolExecutor(1, thread_name_prefix="aligner")
         self.requests: dict[int, SeqRequest] = {}  # unfinished, by id
         self.sender.start()
         outbox_conn.send(("ready",))
@@ -361,8 +359,7 @@ class EngineServer:
                 pass
         except Exception:  # a bug: exit, and the server fails what this engine held and starts another
             log.exception("the engine process failed")
-        self.loop.stop()
-        self.aligner.shutdown(wait=True)
+        self.loop.stop()  # after the alignments under way
         self.outbox.close()
         self.sender.join(10)
 
@@ -381,7 +378,7 @@ class EngineServer:
         elif kind == "cancel":
             self.cancel(message[1])
         elif kind == "align":
-            self.aligner.submit(self.align, message[1], message[2])
+            self.loop.engine.beside_decoding(self.align, message[1], message[2])
         return kind != "stop"
 
     def deliver(self, id: int, output: Output) -> None:

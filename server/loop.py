@@ -111,7 +111,7 @@ class EngineHandle:
 
 class EngineLoop(EngineHandle):
     """The engine thread of one model in this process. `aligner`: model.word_alignments over the model's bundle
-    (a torch pass; run in a worker thread beside the engine's, the network's forward only reads it)."""
+    (a torch pass; run in the encoder's thread beside the decoder steps, the network's forward only reads it)."""
 
     def __init__(self, engine: Engine, scheduler: Scheduler, stats: EngineStats,
                  aligner: Callable[[list[AlignmentInput]], list] | None = None):
@@ -157,7 +157,7 @@ class EngineLoop(EngineHandle):
                 self.lock.notify()
 
     async def align(self, inputs: list[AlignmentInput]) -> list:
-        return await asyncio.to_thread(self.aligner, inputs)
+        return await asyncio.wrap_future(self.engine.beside_decoding(self.aligner, inputs))
 
     # ---- engine thread ------------------------------------------------------------------------------------
     def _run(self) -> None:
