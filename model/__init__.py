@@ -11,6 +11,7 @@ from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, Encoded, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
 from .config import GenerationDefaults
+from .cpu_memory import keep_freed_memory
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
@@ -22,6 +23,6 @@ from .translator import Translation, Translator
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
            "Document", "Encoded", "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle",
            "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "iso_code", "load",
-           "marked_units", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
+           "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "iso_code", "keep_freed_memory",
+           "load", "marked_units", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
            "word_alignments"]

@@ -10,9 +10,10 @@ projection at 128 rows 24–26 ms inside a decoding run, 12 ms with the limits b
 cells (greedy and beam 4, batch 1, 8, 32, float32 and int8) within the noise.
 
 torch has no caching allocator on the CPU; three glibc limits make one: allocations up to 32 MB (the most glibc
-takes) come from a heap, up to 1 GB freed at its top stays there for the next step, and every thread allocates
-from the main heap (one arena). A process that decodes on the CPU then keeps up to that much freed memory instead
-of returning it. Elsewhere than glibc this is a no-op.
+takes) come from a heap, up to 1 GB freed at its top stays there for the next step, and threads that first
+allocate after the call share the main heap (one arena; the server's engine process calls it before starting any
+other thread). A process that decodes on the CPU then keeps up to that much freed memory instead of returning it.
+Elsewhere than glibc this is a no-op.
 """
 
 from __future__ import annotations

@@ -321,13 +321,14 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
 
     import torch
 
-    from model import load
+    from model import keep_freed_memory, load
 
     from .local import in_passing_thread, resolve_device
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
     name_this_process("s2s-engine")
     torch.set_num_threads(threads)
+    keep_freed_memory()  # before another thread allocates: then every thread allocates from the main arena
     try:
         bundle = in_passing_thread(partial(load, path, device="cpu", dtype=resolve_device(settings)[1],
                                            pack_tied_output=settings.pack_tied_output))
