@@ -1,5 +1,5 @@
 """The CPU process an engine decodes in: two OpenMP teams at most (server.local.in_passing_thread), and large
-per-step tensors allocated again without the kernel faulting their pages in anew (model.cpu_memory)."""
+per-step tensors served from glibc's heap and kept there when freed (model.cpu_memory)."""
 
 import json
 import platform
@@ -46,7 +46,8 @@ service.close()
 """
 
 
-@pytest.mark.skipif(not torch.backends.openmp.is_available(), reason="torch without OpenMP")
+@pytest.mark.skipif(not torch.backends.openmp.is_available() or sys.platform != "linux",
+                    reason="torch without OpenMP, or no /proc to count threads in")
 def test_an_engine_holds_two_openmp_teams_whatever_it_runs():
     """Loading in a thread that exits and aligning in the encoder's thread leave the decoder's and the encoder's
     teams: a third (the loading thread's, an aligner thread's) would put more OpenMP threads than cores in the
