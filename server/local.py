@@ -67,9 +67,13 @@ def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
                                torch.get_num_threads())
         return ModelService(entry.name, bundle, settings, engine)
     device, dtype = resolve_device(settings)
-    return in_passing_thread(lambda: ModelService(entry.name, load(entry.path, device=device, dtype=dtype,
-                                                                   pack_tied_output=settings.pack_tied_output),
-                                                  settings))
+
+    def build() -> ModelService:
+        bundle = load(entry.path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
+        return ModelService(entry.name, bundle, settings)
+
+    # On a GPU the CUDA graphs are captured where the engine is built: kept in this thread, as they were tested.
+    return in_passing_thread(build) if device == "cpu" else build()
 
 
 def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
