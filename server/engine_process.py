@@ -321,17 +321,16 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
 
     import torch
 
-    from model import keep_freed_memory, load
+    from model import keep_freed_memory
 
-    from .local import in_passing_thread, resolve_device
+    from .local import in_passing_thread, load_weights
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
     name_this_process("s2s-engine")
     torch.set_num_threads(threads)
     keep_freed_memory()  # before another thread allocates: then every thread allocates from the main arena
     try:
-        bundle = in_passing_thread(partial(load, path, device="cpu", dtype=resolve_device(settings)[1],
-                                           pack_tied_output=settings.pack_tied_output))
+        bundle = in_passing_thread(partial(load_weights, path, settings))  # on the CPU: the only device here
     except Exception as e:
         outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
         return

@@ -7,7 +7,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from model import load
+from model import ModelBundle, load
 
 from . import metrics
 from .domain import ModelInfo
@@ -55,22 +55,27 @@ def in_passing_thread(build: Callable[[], T]) -> T:
         return thread.submit(build).result()
 
 
+def load_weights(path: str | None, settings: Settings) -> ModelBundle:
+    """The model with its weights on the device and in the dtype the settings resolve to."""
+    device, dtype = resolve_device(settings)
+    return load(path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
+
+
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     """A model served from this process (`--no-ray`, or a Ray Serve replica): with `engine_process` on the CPU, its
     weights and engine loop in a child process (engine_process.EngineProcess) and only its tokenizer here;
     otherwise all of it here."""
-    if settings.engine_process and resolve_device(settings)[0] == "cpu":
+    device = resolve_device(settings)[0]
+    if settings.engine_process and device == "cpu":
         from .engine_process import EngineProcess
 
         bundle = load(entry.path, weights=False)
         engine = EngineProcess(entry.path, model_limits(settings, bundle.max_positions), entry.name,
                                torch.get_num_threads())
         return ModelService(entry.name, bundle, settings, engine)
-    device, dtype = resolve_device(settings)
 
     def build() -> ModelService:
-        bundle = load(entry.path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
-        return ModelService(entry.name, bundle, settings)
+        return ModelService(entry.name, load_weights(entry.path, settings), settings)
 
     # On a GPU the CUDA graphs are captured where the engine is built: kept in this thread, as they were tested.
     return in_passing_thread(build) if device == "cpu" else build()
