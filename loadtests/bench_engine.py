@@ -252,9 +252,10 @@ def timed(fn, warmup: int, runs: int) -> tuple[float, object]:
 
 
 class OursEngine:
-    def __init__(self, path: Path, work: Workload, dtype: str = "float32", device: str = "cpu"):
-        self.model = load(path, device=device, dtype=dtype).network
-        self.dtype, self.name = dtype, f"ours {dtype}"
+    def __init__(self, path: Path, work: Workload, dtype: str = "float32", device: str = "cpu",
+                 traced: bool = True):
+        self.model = load(path, device=device, dtype=dtype, traced=traced).network
+        self.dtype, self.name = dtype, f"ours {dtype}" + ("" if traced or device != "cpu" else " eager")
         self.pad, self.forced_bos = self.model.config.pad_token_id, work.forced_bos
         self.step_seconds: list[float] = []  # of the last run
         self.decoders: dict[int, BatchDecoder] = {}  # by capacity, kept between runs as the server keeps its own
@@ -356,6 +357,8 @@ ENGINES = {"ours": lambda path, work, device: OursEngine(path, work, "float32", 
            "ours-fp16": lambda path, work, device: OursEngine(path, work, "float16", device),
            "ours-bf16": lambda path, work, device: OursEngine(path, work, "bfloat16", device),
            "ours-int8": lambda path, work, device: OursEngine(path, work, "int8", device),
+           "ours-eager": lambda path, work, device: OursEngine(path, work, "float32", device, traced=False),
+           "ours-int8-eager": lambda path, work, device: OursEngine(path, work, "int8", device, traced=False),
            "transformers": lambda path, work, device: TransformersEngine(path, work, "float32", device),
            "transformers-fp16": lambda path, work, device: TransformersEngine(path, work, "float16", device),
            "ct2-float32": lambda path, work, device: CTranslate2Engine(path, work, "float32", device),

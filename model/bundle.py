@@ -22,6 +22,7 @@ from .families import Family, Languages, Tokenizer, family_for
 from .languages import UnsupportedLanguage, match_language
 from .quantize import quantize_int8
 from .search import DecodeParams
+from .traced_step import trace_stacks
 from .transformer import Seq2SeqTransformer
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -121,11 +122,13 @@ def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
 
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
-         normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True) -> ModelBundle:
+         normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True,
+         traced: bool = True) -> ModelBundle:
     """A checkpoint directory (None: the embedded demo model) → ModelBundle. weights=False loads only the
     tokenizer and configs (network None), to describe a model without its memory. pack_tied_output (float32 on
     the CPU): an output projection tied to the embeddings multiplies by a packed copy of them (faster steps, a
-    second vocabulary × d_model matrix in memory)."""
+    second vocabulary × d_model matrix in memory). traced (on the CPU): the encoder and decoder steps run traced
+    (model.traced_step)."""
     model_dir = Path(path) if path is not None else demo_model_dir()
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a model directory")
@@ -143,6 +146,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
             network = quantize_int8(network)
         if network.device.type == "cpu":
             keep_freed_memory()
+            if traced:
+                trace_stacks(network)
     normalize = None
     if normalize_punctuation:
         from sacremoses import MosesPunctNormalizer

@@ -23,6 +23,7 @@ outputs.
 from __future__ import annotations
 
 from collections import Counter
+from typing import List, Optional, Union
 
 import torch
 from torch import nn
@@ -31,14 +32,23 @@ PACKED_FOR_ROWS = 4  # the batch size the layout is chosen for; 32 measured the 
 
 
 class OneDNNLinear(nn.Linear):
-    """weight is plain (out, in) or packed (oneDNN's layout, torch._mkldnn): the op takes either. packed_copy, when
-    set, is what it multiplies by instead: a packed copy of a plain weight that another module shares."""
-
-    packed_copy: torch.Tensor | None = None
+    """weight is plain (out, in) or packed (oneDNN's layout, torch._mkldnn): the op takes either. The buffer
+    packed_copy, when not None, is what it multiplies by instead: a packed copy of a plain weight that another module
+    shares (a buffer, not an attribute, so that a trace reads it from the module: model.traced_step)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight if self.packed_copy is None else self.packed_copy
+        if torch.jit.is_tracing():
+            return _linear_pointwise(x, weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
+
+
+@torch.jit.script
+def _linear_pointwise(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """The op as a trace records it: the tracer takes no empty list of optional scalars from Python, so the call
+    comes from TorchScript, which types the list as the op's (a Union of the three number types is its `number`)."""
+    no_scalars: List[Optional[Union[int, float, complex]]] = []
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
 
 
 def _packed(weight: torch.Tensor) -> torch.Tensor:
@@ -58,12 +68,14 @@ def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool 
             continue
         module.__class__ = new
         weight = module.weight
-        if enable and owners[id(weight)] == 1:
-            module.weight = nn.Parameter(_packed(weight), requires_grad=False)
-        elif enable and pack_shared:
-            module.packed_copy = _packed(weight)
-        elif not enable:
-            module.__dict__.pop("packed_copy", None)
+        if enable:
+            shared = owners[id(weight)] > 1
+            if not shared:
+                module.weight = nn.Parameter(_packed(weight), requires_grad=False)
+            module.register_buffer("packed_copy", _packed(weight) if shared and pack_shared else None,
+                                   persistent=False)
+        else:
+            module._buffers.pop("packed_copy", None)
             if weight.layout == torch._mkldnn:
                 module.weight = nn.Parameter(weight.to_dense(), requires_grad=False)
     return model

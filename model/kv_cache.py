@@ -33,12 +33,12 @@ class KVCache:
         self.source_mask[rows] = False
         self.source_mask[rows, :s] = source_mask
 
-    def layer_views(self, n: int, target_len: int, source_len: int) -> tuple[tuple[torch.Tensor, ...], ...]:
-        """What a decoder step over live rows [0, n) reads, per layer: self-attention keys and values (n, H,
-        target_len, Dh), cross-attention keys and values (n, H, source_len, Dh). Views: writing the step's key
-        and value into them writes the cache. Taken once per step (per layer, the slicing was 12 ops more)."""
-        return (self.self_k[:, :n, :, :target_len].unbind(0), self.self_v[:, :n, :, :target_len].unbind(0),
-                self.cross_k[:, :n, :, :source_len].unbind(0), self.cross_v[:, :n, :, :source_len].unbind(0))
+    def step_views(self, n: int, target_len: int, source_len: int) -> tuple[torch.Tensor, ...]:
+        """What a decoder step over live rows [0, n) reads: self-attention keys and values (L, n, H, target_len,
+        Dh), cross-attention keys and values (L, n, H, source_len, Dh). Views: writing the step's key and value
+        into them writes the cache."""
+        return (self.self_k[:, :n, :, :target_len], self.self_v[:, :n, :, :target_len],
+                self.cross_k[:, :n, :, :source_len], self.cross_v[:, :n, :, :source_len])
 
     @staticmethod
     def _copy_rows(buffer: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, length: int) -> None:

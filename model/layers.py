@@ -6,6 +6,7 @@ Dimensions: B batch rows, S source length, T target length, H heads, Dh head siz
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -22,9 +23,14 @@ ACTIVATION_FNS = {
 }
 
 
+def _one_position(t: int) -> bool:
+    """t == 1, for the shortcuts below; a trace (model.traced_step) takes their general paths, right for any t."""
+    return not torch.jit.is_tracing() and t == 1
+
+
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     b, t, d = x.shape
-    if t == 1:  # a decoder step: one view, no transpose (an op less, four times a layer)
+    if _one_position(t):  # a decoder step: one view, no transpose (an op less, four times a layer)
         return x.view(b, num_heads, 1, d // num_heads)  # (B, H, 1, Dh)
     return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)  # (B, H, T, Dh)
 
@@ -39,7 +45,7 @@ def split_stacked_heads(x: torch.Tensor, parts: int, num_heads: int) -> tuple[to
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     b, h, t, dh = x.shape
-    if t == 1 and x.is_contiguous():
+    if _one_position(t) and x.is_contiguous():
         return x.view(b, 1, h * dh)  # (B, 1, D)
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
 
@@ -52,13 +58,23 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 MATMUL_ATTENTION_MIN_ROWS = 64
 
 
+def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA.
+    In a trace the sizes are traced values and the choice made for the traced shape stays in the trace: wanted
+    (model.traced_step keeps a trace per choice), so the tracer's warning about it is not raised."""
+    if torch.jit.is_tracing():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            rows, queries = int(rows), int(queries)
+    return queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu" and dtype == torch.float32
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
               scale: float | None, is_causal: bool = False) -> torch.Tensor:
     """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh). attn_mask: bool (True = attend) or additive float; scale None
     means 1/√Dh."""
     b, _, tq, dh = q.shape
-    if (tq != 1 or is_causal or b < MATMUL_ATTENTION_MIN_ROWS or q.device.type != "cpu"
-            or q.dtype != torch.float32):
+    if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
     scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
     if attn_mask is not None:

@@ -60,6 +60,7 @@ class Seq2SeqTransformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.decoder_embed.weight
         self.dropout = optional_dropout(dropout)
+        self.traced = None  # model.traced_step.Traced: the stacks below traced, once the weights are final
 
     @property
     def device(self) -> torch.device:
@@ -84,9 +85,17 @@ class Seq2SeqTransformer(nn.Module):
         attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         if self.encoder_relative_bias is not None:  # (B, H, S, S): the bias, -inf on padding
             attn_mask = self.encoder_relative_bias(src_ids.shape[1]).masked_fill(~attn_mask, float("-inf"))
+        return self._run_encoder_stack(x, attn_mask)
+
+    def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """The encoder layers and final norm over embedded sources x (B, S, D) → (B, S, D). Traced like
+        decoder_stack (model.traced_step)."""
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
+
+    def _run_encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        return (self.encoder_stack if self.traced is None else self.traced.encoder_stack)(x, attn_mask)
 
     def encode_sources(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
@@ -108,15 +117,17 @@ class Seq2SeqTransformer(nn.Module):
         x = self._embed(self.encoder_embed, self.encoder_embed_norm, src[segment, position][None],
                         positions)  # (1, N, D)
         attn_mask = (segment[:, None] == segment[None, :])[None, None]  # (1, 1, N, N)
-        for layer in self.encoder_layers:
-            x = layer(x, attn_mask)
-        x = self.encoder_norm(x)[0]  # (N, D)
+        x = self._run_encoder_stack(x, attn_mask)[0]  # (N, D)
         memory = x.new_zeros(len(sources), longest, x.shape[-1])
         memory[segment, position] = x  # (B, S, D), zeros on padding
         return memory, mask
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of every decoder layer, computed once per source: 2 × (L, B, H, S, Dh)."""
+        return (self.memory_projections if self.traced is None else self.traced.memory_projections)(memory)
+
+    def memory_projections(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cross_kv, eagerly."""
         kvs = [layer.encoder_attn.project_memory(memory) for layer in self.decoder_layers]
         return torch.stack([k for k, _ in kvs]), torch.stack([v for _, v in kvs])
 
@@ -166,7 +177,14 @@ class Seq2SeqTransformer(nn.Module):
         """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V). positions are indices
         into the target sequence (the cache slot; the start token is 0); the family's position embedding maps
         them. target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
+        The layers run traced where `traced` is set (model.traced_step), eagerly otherwise.
         """
+        inputs = self.step_inputs(cache, tokens, positions, target_len, source_len)
+        return (self.decoder_stack if self.traced is None else self.traced.decoder_stack)(*inputs)
+
+    def step_inputs(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, target_len: int,
+                    source_len: int) -> tuple[torch.Tensor, ...]:
+        """What decoder_stack takes for a step (decode_step's arguments)."""
         n = tokens.shape[0]
         step_positions = (self.decoder_positions.step(tokens, positions) if self.decoder_positions is not None
                           else None)
@@ -176,9 +194,19 @@ class Seq2SeqTransformer(nn.Module):
         if self.decoder_relative_bias is not None:  # (n, H, 1, T): this position's bias row, -inf on the future
             self_mask = self.decoder_relative_bias.step(positions, target_len).masked_fill(~self_mask, float("-inf"))
         cross_mask = cache.source_mask[:n, None, None, :source_len]  # (n, 1, 1, S)
-        self_k, self_v, cross_k, cross_v = cache.layer_views(n, target_len, source_len)  # L × (n, H, T or S, Dh)
-        rows = torch.arange(n, device=tokens.device)
-        for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k, self_v, cross_k, cross_v):
+        return x, positions, self_mask, cross_mask, *cache.step_views(n, target_len, source_len)
+
+    def decoder_stack(self, x: torch.Tensor, positions: torch.Tensor, self_mask: torch.Tensor,
+                      cross_mask: torch.Tensor, self_k: torch.Tensor, self_v: torch.Tensor, cross_k: torch.Tensor,
+                      cross_v: torch.Tensor) -> torch.Tensor:
+        """The decoder layers and the output projection of one step over live rows [0, n): x (n, 1, D), the
+        masks, the cache's views 4 × (L, n, H, T or S, Dh) (this step's keys and values are written into the
+        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S but
+        attention's choice of kernel (layers.attends_by_matmul), so a trace of it serves every shape
+        (model.traced_step)."""
+        rows = torch.arange(x.shape[0], device=x.device)
+        for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
+                                                             cross_k.unbind(0), cross_v.unbind(0)):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
             k_cache[rows, :, positions] = k[:, :, 0]  # this step's key and value at each row's position
             v_cache[rows, :, positions] = v[:, :, 0]

@@ -58,7 +58,8 @@ def in_passing_thread(build: Callable[[], T]) -> T:
 def load_weights(path: str | None, settings: Settings) -> ModelBundle:
     """The model with its weights on the device and in the dtype the settings resolve to."""
     device, dtype = resolve_device(settings)
-    return load(path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output)
+    return load(path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output,
+                traced=settings.traced)
 
 
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:

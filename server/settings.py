@@ -14,6 +14,7 @@ class Settings:
     dtype: str = "auto"  # auto = float16 on cuda, float32 on cpu
     pack_tied_output: bool = True  # float32 on cpu: a tied output projection gets a packed copy (faster, more memory)
     cuda_graphs: bool = True  # on cuda: the decoder step at static shapes, captured as CUDA graphs at start-up
+    traced: bool = True  # on the cpu: encoder passes and decoder steps run as TorchScript traces (model.traced_step)
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model

@@ -1,0 +1,90 @@
+"""The network's stacks as TorchScript traces on the CPU: the decoder step's layers, the encoder's layers and the
+cross-attention key/value projections, each one call into C++ instead of dozens to hundreds of operators
+dispatched from Python one by one.
+
+Two costs go: Python's per-operator overhead, and the interpreter lock. An eager step lets the lock go and takes
+it back around every operator, so any other thread of the process that holds it (the encoder thread, the engine
+process's pipe threads, an event loop) makes the step wait at each of them; a traced step takes it once. Measured
+on the 2-core machine, demo model, 23 rows (`layers` alone, bit-identical logits): 3.36 → 2.97 ms per step; with
+an encoder thread encoding beside it 4.40 → 3.53 ms; with a thread running pure Python beside it 352 → 43 ms.
+
+A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
+count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
+so one trace per choice serves every shape: a float32 model's decoder step gets two (fewer than
+MATMUL_ATTENTION_MIN_ROWS rows, and that many or more). Tracing fails on a warning that the trace may not
+generalize, rather than serving one that might not.
+
+The traces share the network's weights; they are taken once the weights are final (load() on the CPU, after
+oneDNN packing or int8 quantization). TorchScript is deprecated upstream for torch.compile and torch.export, but
+neither runs a graph outside Python on a CPU without a C++ toolchain, and compiled steps were slower here (README,
+Performance); torch 2.13 ships it, and the tests hold the traced step to the eager one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
+from .transformer import Seq2SeqTransformer
+
+
+class Traced:
+    """The network's stacks, traced: decoder_stack, encoder_stack and memory_projections, called as the network's
+    own. Each call runs the trace that takes the branches the eager code would take at that shape."""
+
+    def __init__(self, network: Seq2SeqTransformer):
+        self.network = network
+        self.traces: dict[bool, torch.jit.ScriptModule] = {}  # attends_by_matmul (a decoder step's) → its trace
+        for rows in (2, MATMUL_ATTENTION_MIN_ROWS):
+            key = self._matmul(rows, 1)
+            if key not in self.traces:
+                self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
+
+    def _matmul(self, rows: int, queries: int) -> bool:
+        return attends_by_matmul(rows, queries, self.network.dtype, self.network.device)
+
+    def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.traces[self._matmul(x.shape[0], 1)].decoder_stack(x, *inputs)
+
+    def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """Traced with attention through SDPA; a batch of one-token sources that eager code attends to by matmul
+        (that many rows, float32) runs eagerly."""
+        if self._matmul(x.shape[0], x.shape[1]):
+            return self.network.encoder_stack(x, attn_mask)
+        return self.traces[False].encoder_stack(x, attn_mask)
+
+    def memory_projections(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.traces[False].memory_projections(memory)
+
+
+def _trace(network: Seq2SeqTransformer, rows: int, with_encoder: bool) -> torch.jit.ScriptModule:
+    """decoder_stack traced on a step of `rows` rows at the second position of a scratch cache; with_encoder, the
+    encoder's stack and memory projections too, on 2 sources of 3 tokens."""
+    device, d_model = network.device, network.config.d_model
+    cache = network.new_cache(rows, max_target_len=2, max_source_len=3)
+    tokens = torch.full((rows,), network.config.decoder_start_token_id, device=device)
+    positions = torch.ones(rows, dtype=torch.long, device=device)
+    methods = {"decoder_stack": network.step_inputs(cache, tokens, positions, target_len=2, source_len=3)}
+    if with_encoder:
+        embedded = torch.randn(2, 3, d_model, dtype=network.dtype, device=device)
+        methods["encoder_stack"] = (embedded, torch.ones(2, 1, 1, 3, dtype=torch.bool, device=device))
+        methods["memory_projections"] = (embedded,)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's: see above
+        warnings.simplefilter("always", torch.jit.TracerWarning)  # a value the trace would keep fixed
+        traced = torch.jit.trace_module(network, methods, check_trace=False)
+    fixed = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    if fixed:
+        raise RuntimeError(f"the trace would keep a shape fixed ({fixed[0].filename}:{fixed[0].lineno}): "
+                           f"{fixed[0].message}")
+    return traced
+
+
+def trace_stacks(network: Seq2SeqTransformer) -> Seq2SeqTransformer:
+    """The network with its stacks traced (CPU networks; others are returned as they are)."""
+    if network.device.type == "cpu":
+        with torch.inference_mode():
+            network.traced = Traced(network)
+    return network

@@ -1,0 +1,94 @@
+"""The traced stacks (model.traced_step) against the eager network of the same checkpoint, every family, float32
+and int8: encoder passes, cross-attention keys and values and decoder steps bit-identical, at row counts on both
+sides of attention's kernel choice and at growing target lengths; a trace that would keep a shape fixed fails."""
+
+import pytest
+import torch
+
+from model import load
+from model.layers import MATMUL_ATTENTION_MIN_ROWS
+from model.traced_step import trace_stacks
+from model.transformer import Seq2SeqTransformer
+from server.local import load_weights
+from server.settings import Settings
+
+DTYPES = ["float32", "int8"]
+
+
+@pytest.fixture(scope="module")
+def every_family(checkpoints, family_checkpoints, text2text_checkpoints):
+    return {**checkpoints, **family_checkpoints, **text2text_checkpoints}
+
+
+@pytest.fixture(scope="module", params=["shared-swish-safetensors", "gelu-untied", "nllb", "mbart50", "t5_v1_0",
+                                        "t5_v1_1", "madlad", "bart"])
+def networks(request, every_family):
+    """(traced, eager) networks of one checkpoint, per dtype."""
+    path = every_family[request.param]
+    return {dtype: (load(path, dtype=dtype).network, load(path, dtype=dtype, traced=False).network)
+            for dtype in DTYPES}
+
+
+def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    low, high, eos = 4, network.config.vocab_size, network.config.eos_token_id
+    lengths = torch.randint(1, 9, (count,), generator=generator).tolist()
+    return [torch.randint(low, high, (n,), generator=generator).tolist() + [eos] for n in lengths]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3, MATMUL_ATTENTION_MIN_ROWS + 2])
+def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows):
+    traced, eager = networks[dtype]
+    assert traced.traced is not None and eager.traced is None
+    batch = sources(traced, rows, seed=rows)
+    cfg, steps = traced.config, 6
+    with torch.inference_mode():
+        encoded = []
+        for network in (traced, eager):
+            memory, mask = network.encode_sources(batch)
+            encoded.append((memory, *network.cross_kv(memory)))
+        for got, expected in zip(*encoded):  # the encoder's output, the keys, the values
+            assert torch.equal(got, expected)
+        caches = [network.new_cache(rows, steps, mask.shape[1]) for network in (traced, eager)]
+        for cache, (_, k, v) in zip(caches, encoded):
+            cache.write_source(0, k, v, mask)
+        tokens = torch.full((rows,), cfg.decoder_start_token_id)
+        # rows at different positions, as in a running batch: row i starts i % 3 steps later
+        for step in range(steps):
+            positions = (step - torch.arange(rows) % 3).clamp(min=0)
+            target_len = int(positions.max()) + 1
+            logits = [network.decode_step(cache, tokens, positions, target_len, mask.shape[1])
+                      for network, cache in zip((traced, eager), caches)]
+            assert torch.equal(logits[0], logits[1]), f"step {step}"
+            tokens = logits[0].argmax(-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_batch_of_one_token_sources_encodes_as_eager_code_does(networks, dtype):
+    """Many one-token sources in one padded pass (T5's path) are where eager attention takes the matmuls: the traced
+    encoder, traced through SDPA, runs those eagerly."""
+    traced, eager = networks[dtype]
+    batch = [[traced.config.eos_token_id]] * (MATMUL_ATTENTION_MIN_ROWS + 1)
+    with torch.inference_mode():
+        assert torch.equal(traced.encode_sources(batch)[0], eager.encode_sources(batch)[0])
+
+
+def test_a_trace_that_would_keep_a_shape_fixed_fails(checkpoint, monkeypatch):
+    network = load(checkpoint, traced=False).network
+    eager_stack = Seq2SeqTransformer.encoder_stack
+
+    def branching(self, x, attn_mask):
+        return eager_stack(self, x if x.shape[1] > 2 else x * 2, attn_mask)  # a branch on the source length
+
+    monkeypatch.setattr(Seq2SeqTransformer, "encoder_stack", branching)
+    with pytest.raises(RuntimeError, match=r"would keep a shape fixed \(.*test_traced.py:\d+\).*might not generalize"):
+        trace_stacks(network)
+    assert network.traced is None
+
+
+def test_the_server_setting_turns_tracing_off():
+    assert Settings().traced
+    assert not Settings.from_env({"SERVER_TRACED": "false"}).traced
+    assert load_weights(None, Settings(device="cpu")).network.traced is not None
+    assert load_weights(None, Settings(device="cpu", traced=False)).network.traced is None
