@@ -1,4 +1,4 @@
-"""The decoder step on the CPU: eager (what the engine runs) vs torch.compile, per number of rows.
+"""The decoder step on the CPU: eager, traced (what the engine runs) and torch.compile, per number of rows.
 
     python -m loadtests.bench_step [--rows 1,8,32] [--target-capacity 64] [--steps 32]
 
@@ -6,9 +6,10 @@ On the opus-mt-en-de-shaped random checkpoint of loadtests.bench_engine, one dec
 with a 24-token source, for target positions 0..steps-1 (median step time over the positions, best of 3 passes):
 
 - eager: `decode_step` as the engine calls it, reading the cache up to the current target length, float32
-  linears through oneDNN (model.cpu_kernels);
+  linears through oneDNN (model.cpu_kernels), its layers run from Python (`load(traced=False)`);
 - eager, static shape: the same step reading the whole target capacity (masked beyond each row's position): what a
   static-shape (graph-capturable) step reads;
+- traced: the eager step with its layers as a TorchScript trace (model.traced_step), as the engine runs it;
 - compiled static / dynamic: `torch.compile` (inductor, weights frozen) of the static-shape step, and of the
   eager step with dynamic shapes. Inductor does not trace oneDNN's linear op, so compiled steps use nn.Linear and
   inductor's own matmul lowering; compile time is printed.
@@ -28,6 +29,7 @@ import torch
 from loadtests.bench_engine import SOURCE_TOKENS, build_checkpoint, cpu_name
 from model import load
 from model.cpu_kernels import use_onednn_linears
+from model.traced_step import trace_stacks
 
 
 def median_step(step, rows: int, steps: int, passes: int = 3) -> float:
@@ -47,7 +49,7 @@ def measure(path: Path, rows: int, capacity: int, steps: int) -> list[tuple[str,
     """(variant, seconds per step, compile seconds) for one row count."""
     import torch._inductor.config as inductor_config
 
-    network = load(path, dtype="float32").network.eval()
+    network = load(path, dtype="float32", traced=False).network.eval()
     cache = network.new_cache(rows, capacity, SOURCE_TOKENS)
     source_mask = torch.ones(rows, SOURCE_TOKENS, dtype=torch.bool)
     memory = network.encode(torch.randint(3, 1000, (rows, SOURCE_TOKENS)), source_mask)
@@ -61,6 +63,9 @@ def measure(path: Path, rows: int, capacity: int, steps: int) -> list[tuple[str,
 
     results = [("eager", median_step(eager, rows, steps), None),
                ("eager, static shape", median_step(static, rows, steps), None)]
+    trace_stacks(network)
+    results.append(("traced", median_step(eager, rows, steps), None))
+    network.traced = None  # the traces hold the oneDNN weights, switched back to nn.Linear's for inductor below
     use_onednn_linears(network, False)
     inductor_config.freezing = True
     for name, fn, dynamic in (("compiled static", static, False), ("compiled dynamic", eager, True)):

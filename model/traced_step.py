@@ -11,13 +11,15 @@ an encoder thread encoding beside it 4.40 → 3.53 ms; with a thread running pur
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
 so one trace per choice serves every shape: a float32 model's decoder step gets two (fewer than
-MATMUL_ATTENTION_MIN_ROWS rows, and that many or more). Tracing fails on a warning that the trace may not
-generalize, rather than serving one that might not.
+MATMUL_ATTENTION_MIN_ROWS rows, and that many or more). Tracing fails on the tracer's warning that a trace may not
+generalize (a Python value taken from a traced size) rather than serve such a trace.
 
-The traces share the network's weights; they are taken once the weights are final (load() on the CPU, after
-oneDNN packing or int8 quantization). TorchScript is deprecated upstream for torch.compile and torch.export, but
-neither runs a graph outside Python on a CPU without a C++ toolchain, and compiled steps were slower here (README,
-Performance); torch 2.13 ships it, and the tests hold the traced step to the eager one.
+The traces share the network's weights (about 30 MB more resident memory for the graphs and TorchScript itself);
+they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
+network changed after that must be traced again. TorchScript is deprecated upstream for torch.compile and
+torch.export, but neither runs a graph outside Python on a CPU without a C++ toolchain, and inductor-compiled steps
+were 1.4–3.1× slower here (README, decoding speed); torch 2.13 ships it, and the tests hold every traced stack to
+the eager one, bit for bit.
 """
 
 from __future__ import annotations
