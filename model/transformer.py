@@ -63,6 +63,11 @@ class Seq2SeqTransformer(nn.Module):
         self.traced = None  # model.traced_step.Traced: the stacks below traced, once the weights are final
 
     @property
+    def _stacks(self):
+        """What runs encoder_stack, memory_projections and decoder_stack: the traces when set, else this network."""
+        return self if self.traced is None else self.traced
+
+    @property
     def device(self) -> torch.device:
         return self.encoder_embed.weight.device  # embeddings stay float under int8
 
@@ -85,7 +90,7 @@ class Seq2SeqTransformer(nn.Module):
         attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         if self.encoder_relative_bias is not None:  # (B, H, S, S): the bias, -inf on padding
             attn_mask = self.encoder_relative_bias(src_ids.shape[1]).masked_fill(~attn_mask, float("-inf"))
-        return self._run_encoder_stack(x, attn_mask)
+        return self._stacks.encoder_stack(x, attn_mask)
 
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         """The encoder layers and final norm over embedded sources x (B, S, D) → (B, S, D). Traced like
@@ -93,9 +98,6 @@ class Seq2SeqTransformer(nn.Module):
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
-
-    def _run_encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        return (self.encoder_stack if self.traced is None else self.traced.encoder_stack)(x, attn_mask)
 
     def encode_sources(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
@@ -117,14 +119,14 @@ class Seq2SeqTransformer(nn.Module):
         x = self._embed(self.encoder_embed, self.encoder_embed_norm, src[segment, position][None],
                         positions)  # (1, N, D)
         attn_mask = (segment[:, None] == segment[None, :])[None, None]  # (1, 1, N, N)
-        x = self._run_encoder_stack(x, attn_mask)[0]  # (N, D)
+        x = self._stacks.encoder_stack(x, attn_mask)[0]  # (N, D)
         memory = x.new_zeros(len(sources), longest, x.shape[-1])
         memory[segment, position] = x  # (B, S, D), zeros on padding
         return memory, mask
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of every decoder layer, computed once per source: 2 × (L, B, H, S, Dh)."""
-        return (self.memory_projections if self.traced is None else self.traced.memory_projections)(memory)
+        return self._stacks.memory_projections(memory)
 
     def memory_projections(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cross_kv, eagerly."""
@@ -180,7 +182,7 @@ class Seq2SeqTransformer(nn.Module):
         The layers run traced where `traced` is set (model.traced_step), eagerly otherwise.
         """
         inputs = self.step_inputs(cache, tokens, positions, target_len, source_len)
-        return (self.decoder_stack if self.traced is None else self.traced.decoder_stack)(*inputs)
+        return self._stacks.decoder_stack(*inputs)
 
     def step_inputs(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, target_len: int,
                     source_len: int) -> tuple[torch.Tensor, ...]:
