@@ -185,7 +185,8 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
         with keys.spending(caller, text_characters(await request.body()) if keys.counting else 0):
             yield
 
-    add_native_routes(app, provider, authorize, settings)
+    # an open server has nothing to check per request: no dependency (a generator one costs FastAPI an exit stack)
+    add_native_routes(app, provider, authorize if keys.enforcing else None, settings)
     compat_styles += [add_libretranslate_routes(app, provider, keys, settings),
                       add_deepl_routes(app, provider, keys, settings)]
 

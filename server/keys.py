@@ -65,6 +65,11 @@ class Keys:
         self.requests[caller] = self.requests.get(caller, 0) + 1
 
     @property
+    def enforcing(self) -> bool:
+        """Whether anything is checked per request (keys, a rate limit or a quota)."""
+        return bool(self.keys or self.per_minute or self.quota)
+
+    @property
     def counting(self) -> bool:
         """Whether characters are counted (keys or a quota): an open, unlimited server counts none."""
         return bool(self.keys or self.quota)

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import weakref
+from functools import partial
 from typing import AsyncIterator, Callable
 
 from model import AlignmentInput, DecodeParams
@@ -32,10 +33,11 @@ class Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop, self.items, self.lock = loop, [], threading.Lock()
 
-    def post(self, queue: asyncio.Queue, output: Output) -> None:
-        """Thread-safe; raises RuntimeError when the event loop is closed (nothing of this post is kept)."""
+    def post(self, queue: asyncio.Queue, request: SeqRequest, output: Output) -> None:
+        """(request, output) into `queue`. Thread-safe; raises RuntimeError when the event loop is closed (nothing
+        of this post is kept)."""
         with self.lock:
-            self.items.append((queue, output))
+            self.items.append((queue, (request, output)))
             if len(self.items) > 1:
                 return  # a wake-up is already on its way
             try:
@@ -59,26 +61,29 @@ class EngineHandle:
         self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
 
     def submit(self, sources: list[tuple[list[int], DecodeParams]], group: int | None = None,
-               stream: bool = True) -> list[tuple[SeqRequest, asyncio.Queue]]:
-        """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its
-        outputs: every new token when `stream`, then the final output. The sequences form one group (the
-        scheduler shares rows between groups): a new one, or `group` when a request submits more later."""
+               stream: bool = True, into: asyncio.Queue | None = None) -> list[tuple[SeqRequest, asyncio.Queue]]:
+        """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its own (or
+        all post into `into`) that receives (request, output) pairs: every new token when `stream`, then the
+        final output. The sequences form one group (the scheduler shares rows between groups): a new one, or
+        `group` when a request submits more later."""
         loop = asyncio.get_running_loop()
         mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
         out = []
         for ids, params in sources:
-            queue: asyncio.Queue[Output] = asyncio.Queue()
-            request = SeqRequest(ids, params, (lambda o, q=queue: mailbox.post(q, o)), group=group, stream=stream)
+            own: asyncio.Queue[tuple[SeqRequest, Output]] = into or asyncio.Queue()
+            request = SeqRequest(ids, params, None, group=group, stream=stream)  # deliver: set below, it names it
+            request.deliver = partial(mailbox.post, own, request)
             group = request.group  # the first one's id when no group was given
-            out.append((request, queue))
+            out.append((request, own))
         self.add([r for r, _ in out])
         return out
 
     async def outputs(self, request: SeqRequest, queue: asyncio.Queue) -> AsyncIterator[Output]:
-        """Outputs of one sequence until its final one; cancelling the consumer cancels the sequence."""
+        """Outputs of one sequence (alone in its queue) until its final one; cancelling the consumer cancels the
+        sequence."""
         try:
             while True:
-                output = await queue.get()
+                _, output = await queue.get()
                 yield output
                 if not isinstance(output, TokenOutput):
                     return

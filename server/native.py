@@ -82,11 +82,11 @@ def _form_text(form, name: str, max_length: int = 200) -> str | None:
     return value or None
 
 
-def add_native_routes(app: FastAPI, provider, authorize: Callable, settings: Settings) -> None:
+def add_native_routes(app: FastAPI, provider, authorize: Callable | None, settings: Settings) -> None:
     """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware)."""
     router = app.router
     TranslateBody, GenerateBody = request_schemas(settings)
-    guarded = dict(dependencies=[Depends(authorize)])
+    guarded = dict(dependencies=[Depends(authorize)] if authorize else [])
 
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, **guarded)
     async def translate(body: TranslateBody, request: Request):

@@ -161,46 +161,36 @@ class ModelService:
 
     async def _run_all(self, sources: list[Source], params: DecodeParams) -> list[list[Hypothesis]]:
         """Decode every source; a long document enters the engine a window at a time (twice the batch rows, so
-        rows never wait for the event loop), all its sequences in one scheduler group."""
+        rows never wait for the event loop), all its sequences in one scheduler group, their final outputs in
+        one queue."""
         results: list[list[Hypothesis] | None] = [None] * len(sources)
         window = 2 * self.settings.max_batch_rows
-        submitted, tasks, group, next_source = [], {}, None, 0
-
-        async def final(request, queue):
-            async for output in self.loop.outputs(request, queue):
-                if isinstance(output, ErrorOutput):
-                    raise output.error
-                if isinstance(output, FinalOutput):
-                    return output.hypotheses
-
+        finals: asyncio.Queue = asyncio.Queue()  # (request, its final output), from every window
+        unfinished, group, next_source = {}, None, 0  # unfinished: request → its source's index
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                while next_source < len(sources) or tasks:
-                    batch = sources[next_source:next_source + window - len(tasks)]
+                while next_source < len(sources) or unfinished:
+                    batch = sources[next_source:next_source + window - len(unfinished)]
                     try:
                         added = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
-                                                  for s in batch], group, stream=False) if batch else []
+                                                  for s in batch], group, stream=False, into=finals) if batch else []
                     except QueueFull:
-                        if not tasks:
+                        if not unfinished:
                             raise
                         added = []  # others' requests fill the queue: retry when one of ours finishes
-                    for request, queue in added:
-                        tasks[asyncio.ensure_future(final(request, queue))] = next_source
-                        submitted.append(request)
+                    for request, _ in added:
+                        unfinished[request] = next_source
                         group, next_source = request.group, next_source + 1
-                    # not gather: cancelling a gather cancels its tasks one by one, and the engine could admit a
-                    # waiting sequence of this request between two of them
-                    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        results[tasks.pop(task)] = task.result()
+                    request, output = await finals.get()  # final outputs only (stream=False)
+                    if isinstance(output, ErrorOutput):
+                        raise output.error
+                    results[unfinished.pop(request)] = output.hypotheses
             return results
         except TimeoutError:
             raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
                                  limit=self.settings.request_timeout_s) from None
         finally:
-            self.loop.cancel(*submitted)  # unfinished ones, all at once
-            for task in tasks:
-                task.cancel()
+            self.loop.cancel(*unfinished)  # all at once: none of them admitted while the others leave
 
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:

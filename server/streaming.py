@@ -10,21 +10,27 @@ from fastapi.responses import Response
 
 
 async def until_disconnect(request: Request, work):
-    """Run `work`; if the client hangs up first, cancel it (its sequences leave the batch)."""
-    task = asyncio.ensure_future(work)
+    """Await `work` in this task; if the client hangs up first, a watcher cancels it (its sequences leave the
+    batch) and the answer is 499. One task per request besides the handler's own (a task for the work and
+    asyncio.wait over both cost the event loop more)."""
+    current, hung_up = asyncio.current_task(), False
 
     async def disconnected():
+        nonlocal hung_up
         while (await request.receive())["type"] != "http.disconnect":
             pass
+        hung_up = True
+        current.cancel()
 
     watch = asyncio.ensure_future(disconnected())
     try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
+        return await work
+    except asyncio.CancelledError:
+        if not hung_up:
+            raise
+        current.uncancel()
         return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
     finally:
-        task.cancel()
         watch.cancel()
 
 
