@@ -317,6 +317,7 @@ class EngineSideStats(EngineStats):
 def serve_engine(path: str | None, settings: Settings, name: str, threads: int, inbox: Connection,
                  outbox_conn: Connection, queued, heartbeat) -> None:
     """The engine process: loads the model, then serves the server's messages until it says stop or goes away."""
+    import gc
     import signal
 
     import torch
@@ -334,7 +335,10 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
     except Exception as e:
         outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
         return
-    in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat)).serve(inbox)
+    server = in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat))
+    gc.collect()
+    gc.freeze()  # the model and the imports live as long as the process: full collections skip them (listen.py)
+    server.serve(inbox)
 
 
 class EngineServer:

@@ -7,6 +7,7 @@ kernel spreads new connections over them (on one shared socket, whichever proces
 
 from __future__ import annotations
 
+import gc
 import socket
 
 from fastapi import FastAPI
@@ -32,8 +33,13 @@ def ensure_free(host: str, port: int) -> None:
 
 def uvicorn_server(app: FastAPI, settings: Settings, lifespan: str = "auto"):
     """On should_exit (SIGTERM/Ctrl-C in a main thread) it stops accepting connections and lets in-flight
-    requests finish, up to drain_timeout_s."""
+    requests finish, up to drain_timeout_s. What the process built until now is frozen out of the collector's
+    sight (gc.freeze): it lives as long as the process, and each full collection of the ~200,000 objects of the
+    imports and the app stopped the event loop for about 0.1 s (three times per 2,000 requests, measured)."""
     import uvicorn
+
+    gc.collect()
+    gc.freeze()
 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=settings.drain_timeout_s, lifespan=lifespan)
