@@ -18,7 +18,7 @@ from .errors import BadBody, InvalidRequest, ServerError
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
 from .settings import Settings
-from .streaming import sse, until_disconnect
+from .streaming import json_response, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest) -> TranslationJob:
@@ -92,7 +92,7 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable | None, settin
     async def translate(body: TranslateBody, request: Request):
         async def work():
             result = await dispatch.translate(provider, translation_job(body), body.model, detect_missing=False)
-            return translate_response(result, body.return_scores)
+            return json_response(translate_response(result, body.return_scores))
 
         return await until_disconnect(request, work())
 
@@ -126,7 +126,7 @@ def add_native_routes(app: FastAPI, provider, authorize: Callable | None, settin
         job = generation_job(body)
         if not body.stream:
             async def work():
-                return generate_response(await service.generate(job))
+                return json_response(generate_response(await service.generate(job)))
 
             return await until_disconnect(request, work())
         events = service.generate_events(job)

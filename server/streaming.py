@@ -7,6 +7,7 @@ import json
 
 from fastapi import Request
 from fastapi.responses import Response
+from pydantic import BaseModel
 
 
 async def until_disconnect(request: Request, work):
@@ -32,6 +33,12 @@ async def until_disconnect(request: Request, work):
         return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
     finally:
         watch.cancel()
+
+
+def json_response(body: BaseModel) -> Response:
+    """`body` serialized once, None fields left out as the routes' response_model_exclude_none asks. (A route that
+    returns the model itself has FastAPI validate it against the response model again, then serialize it.)"""
+    return Response(body.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 def sse(payload: dict) -> str:

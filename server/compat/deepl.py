@@ -20,7 +20,7 @@ from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationRes
 from ..errors import BodyTooLarge, InvalidRequest
 from ..keys import Keys, QuotaExceeded
 from ..settings import Settings
-from ..streaming import until_disconnect
+from ..streaming import json_response, until_disconnect
 from .errors import BAD_REQUEST, ErrorStyle, InvalidKey
 from .languages import ServedLanguages, canonical, language_name
 from .reading import Params, caller_of, present, read_params, validated
@@ -159,7 +159,7 @@ def add_deepl_routes(app: FastAPI, provider, keys: Keys, settings: Settings) -> 
         async def work():
             with keys.spending(who, characters):
                 result = await dispatch.translate(provider, job)
-            return translate_response(result, form.text, form.source_lang)
+            return json_response(translate_response(result, form.text, form.source_lang))
 
         return await until_disconnect(request, work())
 

@@ -26,7 +26,7 @@ from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJo
 from ..errors import InvalidRequest, ServerError
 from ..keys import Keys, QuotaExceeded
 from ..settings import Settings
-from ..streaming import until_disconnect
+from ..streaming import json_response, until_disconnect
 from .downloads import Downloads
 from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, route_path
 from .languages import ServedLanguages, canonical, language_name
@@ -180,7 +180,7 @@ def add_libretranslate_routes(app: FastAPI, provider, keys: Keys, settings: Sett
         async def work():
             with keys.spending(caller, characters):
                 result = await dispatch.translate(provider, job)
-            return translate_response(result, single, auto, form.alternatives)
+            return json_response(translate_response(result, single, auto, form.alternatives))
 
         return await until_disconnect(request, work())
 
