@@ -45,7 +45,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  pack_tied_output: bool = True) -> Seq2SeqTransformer:
     """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
-    projection with its own packed copy of the embedding matrix when pack_tied_output."""
+    projection with its own packed and transposed copies of the embedding matrix when pack_tied_output."""
     path = weights_path(model_dir)
     state = read_state_dict(path)
     model = Seq2SeqTransformer(config)

@@ -10,8 +10,9 @@ an encoder thread encoding beside it 4.40 → 3.53 ms; with a thread running pur
 
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
-so one trace per choice serves every shape: a float32 model's decoder step gets two (fewer than
-MATMUL_ATTENTION_MIN_ROWS rows, and that many or more). Tracing fails on the tracer's warning that a trace may not
+and the output projection's one-row product (cpu_kernels.one_row), so one trace per choice serves every shape: a
+float32 model's decoder step gets up to three (one row, fewer than MATMUL_ATTENTION_MIN_ROWS rows, and that many
+or more). Tracing fails on the tracer's warning that a trace may not
 generalize (a Python value taken from a traced size) rather than serve such a trace.
 
 The traces share the network's weights (about 30 MB more resident memory for the graphs and TorchScript itself);
@@ -28,6 +29,7 @@ import warnings
 
 import torch
 
+from .cpu_kernels import one_row
 from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
 from .transformer import Seq2SeqTransformer
 
@@ -38,27 +40,31 @@ class Traced:
 
     def __init__(self, network: Seq2SeqTransformer):
         self.network = network
-        self.traces: dict[bool, torch.jit.ScriptModule] = {}  # attends_by_matmul (a decoder step's) → its trace
-        for rows in (2, MATMUL_ATTENTION_MIN_ROWS):
-            key = self._matmul(rows, 1)
+        self.one_row_output = getattr(network.lm_head, "row_copy", None) is not None
+        self.traces: dict[tuple[bool, bool], torch.jit.ScriptModule] = {}  # a decoder step's _branches → its trace
+        for rows in (2, 1, MATMUL_ATTENTION_MIN_ROWS):  # a one-row trace only where one row branches
+            key = self._branches(rows)
             if key not in self.traces:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
+        self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks
 
-    def _matmul(self, rows: int, queries: int) -> bool:
-        return attends_by_matmul(rows, queries, self.network.dtype, self.network.device)
+    def _branches(self, rows: int, queries: int = 1) -> tuple[bool, bool]:
+        """(attention through matmuls, the output projection's one-row product) at `rows` rows."""
+        matmul = attends_by_matmul(rows, queries, self.network.dtype, self.network.device)
+        return matmul, self.one_row_output and one_row(rows)
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.traces[self._matmul(x.shape[0], 1)].decoder_stack(x, *inputs)
+        return self.traces[self._branches(x.shape[0])].decoder_stack(x, *inputs)
 
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         """Traced with attention through SDPA; a batch of one-token sources that eager code attends to by matmul
         (that many rows, float32) runs eagerly."""
-        if self._matmul(x.shape[0], x.shape[1]):
+        if self._branches(x.shape[0], x.shape[1])[0]:
             return self.network.encoder_stack(x, attn_mask)
-        return self.traces[False].encoder_stack(x, attn_mask)
+        return self.encoder.encoder_stack(x, attn_mask)
 
     def memory_projections(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.traces[False].memory_projections(memory)
+        return self.encoder.memory_projections(memory)
 
 
 def _trace(network: Seq2SeqTransformer, rows: int, with_encoder: bool) -> torch.jit.ScriptModule:

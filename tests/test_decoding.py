@@ -223,8 +223,9 @@ def test_a_tied_output_projection_multiplies_by_a_packed_copy_unless_told_not_to
 def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_products(pack_shared):
     """A weight packed into oneDNN's layout unpacks to the same numbers and multiplies as the plain one does, at one
     row (another kernel: within float rounding) and at many; a weight two modules share stays plain and tied, and
-    with pack_shared its Linear multiplies by a packed copy of it, alike."""
-    from model.cpu_kernels import use_onednn_linears
+    with pack_shared its Linear multiplies by a packed copy of it, alike, and one row by a transposed copy, sliced
+    over the input dimension."""
+    from model.cpu_kernels import one_row_product, row_splits, use_onednn_linears
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
@@ -236,18 +237,22 @@ def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_product
     use_onednn_linears(model, pack_shared=pack_shared)
     assert model[0].weight.layout == torch._mkldnn and model[1].weight is model[2].weight
     assert model[1].weight.layout == torch.strided and list(model.state_dict()) == keys
-    assert (model[1].packed_copy is not None) == pack_shared
+    assert (model[1].packed_copy is not None) == pack_shared == (model[1].row_copy is not None)
     if pack_shared:
         assert model[1].packed_copy.layout == torch._mkldnn
         assert torch.equal(model[1].packed_copy.to_dense(), originals[1])
+        assert torch.equal(model[1].row_copy, originals[1].t()) and model[1].row_copy.is_contiguous()
     with torch.inference_mode():
         for rows in (1, 4, 33):
             x = torch.randn(rows, 64)
             for linear, original in zip(model, originals):
                 assert torch.allclose(linear(x), torch.nn.functional.linear(x, original, linear.bias), atol=1e-5)
+        one = torch.randn(1, 1, 64)  # one row (in a (1, 1, in) input too): the sliced product, when there is a copy
+        sliced = one_row_product(one, originals[1].t().contiguous(), model[1].bias, row_splits(64))
+        assert torch.equal(model[1](one), sliced) == pack_shared and model[1](one).shape == (1, 1, 10)
     use_onednn_linears(model, enable=False)
     assert torch.equal(model[0].weight, originals[0]) and model[1].weight is model[2].weight
-    assert "packed_copy" not in model[1]._buffers
+    assert "packed_copy" not in model[1]._buffers and "row_copy" not in model[1]._buffers
 
 
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
