@@ -127,8 +127,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     """A checkpoint directory (None: the embedded demo model) → ModelBundle. weights=False loads only the
     tokenizer and configs (network None), to describe a model without its memory. pack_tied_output (float32 on
     the CPU): an output projection tied to the embeddings multiplies by a packed copy of them, and one row by a
-    transposed copy (faster steps, two more vocabulary × d_model matrices in memory). traced (on the CPU): the encoder and decoder steps run traced
-    (model.traced_step)."""
+    transposed copy (faster steps, two more vocabulary × d_model matrices in memory). traced (on the CPU): the
+    encoder and decoder steps run traced (model.traced_step)."""
     model_dir = Path(path) if path is not None else demo_model_dir()
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a model directory")

@@ -12,8 +12,8 @@ A trace records the operators of one run and keeps the sizes symbolic. The stack
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
 and the output projection's one-row product (cpu_kernels.one_row), so one trace per choice serves every shape: a
 float32 model's decoder step gets up to three (one row, fewer than MATMUL_ATTENTION_MIN_ROWS rows, and that many
-or more). Tracing fails on the tracer's warning that a trace may not
-generalize (a Python value taken from a traced size) rather than serve such a trace.
+or more). Tracing fails on the tracer's warning that a trace may not generalize (a Python value taken from a
+traced size) rather than serve such a trace.
 
 The traces share the network's weights (about 30 MB more resident memory for the graphs and TorchScript itself);
 they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
