@@ -23,7 +23,8 @@ At one row (greedy decoding of one sequence) the product is a matrix-vector prod
 one thread: an output projection read from memory at one core's bandwidth. Such a tied projection therefore also
 keeps its matrix transposed (`row_copy`, in × out, another vocabulary × d_model × 4 bytes) and multiplies one row
 as a batched product over slices of the input dimension, which torch spreads over the intra-op threads, then sums
-the slices (`one_row_product`). Measured on 2 cores, 512 → 58,101 (opus-mt-en-de) at one row: oneDNN 4.2 ms, MKL
+the slices (`one_row_product`; with one intra-op thread at load, as a CPU server's engine threads on 2 cores have,
+there is nothing to spread it over and no copy is made). Measured on 2 cores, 512 → 58,101 (opus-mt-en-de) at one row: oneDNN 4.2 ms, MKL
 10.5 ms, the sliced product 2.2 ms (54 GB/s; a sum over the same matrix reads at 73); from 2 rows oneDNN's packed
 layout is faster again (4 rows: 6.7 against 8.8 ms), and for the decoder layers' own matrices (1–7 MB) the
 sliced product gains nothing. Its sum runs in another order: logits within float rounding of the packed ones, as
@@ -102,7 +103,8 @@ def _packed(weight: torch.Tensor) -> torch.Tensor:
 def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool = True) -> nn.Module:
     """Route every Linear of a float32 CPU model through oneDNN with packed weights (enable=False switches them
     back to nn.Linear with plain weights). A weight other modules share stays as it is; with pack_shared its
-    Linear gets a packed copy and a transposed one for one row (two more matrices in memory)."""
+    Linear gets a packed copy, and with more than one intra-op thread a transposed one for one row (two more
+    matrices in memory)."""
     if enable and not torch.backends.mkldnn.is_available():
         return model
     old, new = (nn.Linear, OneDNNLinear) if enable else (OneDNNLinear, nn.Linear)
@@ -117,8 +119,9 @@ def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool 
             if not shared:
                 module.weight = nn.Parameter(_packed(weight), requires_grad=False)
             copies = shared and pack_shared
+            sliced = copies and torch.get_num_threads() > 1  # one thread has nothing to spread a row over
             module.register_buffer("packed_copy", _packed(weight) if copies else None, persistent=False)
-            module.register_buffer("row_copy", weight.detach().t().contiguous() if copies else None,
+            module.register_buffer("row_copy", weight.detach().t().contiguous() if sliced else None,
                                    persistent=False)
             module.row_splits = row_splits(module.in_features)
         else:

@@ -1,5 +1,7 @@
 """Incremental decoding against naive re-computation, batch invariance, cancellation, sampling."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -234,7 +236,14 @@ def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_product
     model[1].weight = model[2].weight  # tied, as an output projection and its embedding
     originals = [model[i].weight.detach().clone() for i in (0, 1)]
     keys = list(model.state_dict())
-    use_onednn_linears(model, pack_shared=pack_shared)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # one intra-op thread: nothing to spread a row over, no row copy
+        assert use_onednn_linears(copy.deepcopy(model), pack_shared=pack_shared)[1].row_copy is None
+        torch.set_num_threads(2)
+        use_onednn_linears(model, pack_shared=pack_shared)
+    finally:
+        torch.set_num_threads(threads)
     assert model[0].weight.layout == torch._mkldnn and model[1].weight is model[2].weight
     assert model[1].weight.layout == torch.strided and list(model.state_dict()) == keys
     assert (model[1].packed_copy is not None) == pack_shared == (model[1].row_copy is not None)
