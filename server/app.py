@@ -8,9 +8,11 @@ import time
 from typing import Callable, Protocol
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import metrics
 from .compat import add_deepl_routes, add_libretranslate_routes
@@ -165,6 +167,15 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError):
         return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        # a body the framework could not parse, e.g. one json.loads cannot even decode (NUL bytes, read as UTF-32,
+        # are no JSONDecodeError): in the error shape of the API the path belongs to
+        if exc.status_code == 400 and request.method == "POST":
+            return render(route_path(request.scope), BadBody("the body could not be parsed",
+                                                             field="body"))
+        return await http_exception_handler(request, exc)  # 404, 405: FastAPI's own answer
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception):

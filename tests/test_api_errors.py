@@ -80,6 +80,8 @@ def test_generate_rejections(client, body, field):
 def test_invalid_json_utf8_and_size(client):
     headers = {"content-type": "application/json"}
     assert error_of(client.post("/v1/translate", content=b'{"text": "a"', headers=headers), 400)["field"] == "body"
+    for path in ("/v1/translate", "/v1/generate"):  # NUL bytes: json.loads takes them for UTF-32 and cannot decode
+        assert error_of(client.post(path, content=b"\x00" * 5, headers=headers), 400)["field"] == "body"
     bad_utf8 = client.post("/v1/translate", content=b'{"text": "\xff\xfe"}', headers=headers)
     assert "UTF-8" in error_of(bad_utf8, 400)["message"]
     big = client.post("/v1/translate", json={"text": "a" * 40000})
