@@ -33,12 +33,13 @@ oneDNN's own one-row kernel's are.
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from typing import List, Optional, Union
 
 import torch
 from torch import nn
+
+from .layers import fixed_in_trace
 
 PACKED_FOR_ROWS = 4  # the batch size the layout is chosen for; 32 measured the same within noise at 1–128 rows
 
@@ -67,14 +68,9 @@ def _linear_pointwise(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
 
 
 def one_row(rows) -> bool:
-    """Whether a product over `rows` rows takes one_row_product (where the Linear has a row_copy). In a trace `rows`
-    is a traced value and the choice made for the traced shape stays in the trace: wanted (model.traced_step keeps
-    a trace per choice), so the tracer's warning about it is not raised."""
-    if torch.jit.is_tracing():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            rows = int(rows)
-    return rows == 1
+    """Whether a product over `rows` rows takes one_row_product (where the Linear has a row_copy; a choice per
+    trace: layers.fixed_in_trace)."""
+    return fixed_in_trace(rows) == 1
 
 
 def one_row_product(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
@@ -93,7 +89,7 @@ def row_splits(d_in: int) -> int:
     splits = max(2, torch.get_num_threads())
     while d_in % splits:
         splits //= 2
-    return max(splits, 1)
+    return splits
 
 
 def _packed(weight: torch.Tensor) -> torch.Tensor:
@@ -123,7 +119,7 @@ def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool 
             module.register_buffer("packed_copy", _packed(weight) if copies else None, persistent=False)
             module.register_buffer("row_copy", weight.detach().t().contiguous() if sliced else None,
                                    persistent=False)
-            module.row_splits = row_splits(module.in_features)
+            module.row_splits = row_splits(module.in_features) if sliced else None
         else:
             module._buffers.pop("packed_copy", None)
             module._buffers.pop("row_copy", None)

@@ -58,14 +58,20 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 MATMUL_ATTENTION_MIN_ROWS = 64
 
 
-def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA.
-    In a trace the sizes are traced values and the choice made for the traced shape stays in the trace: wanted
-    (model.traced_step keeps a trace per choice), so the tracer's warning about it is not raised."""
+def fixed_in_trace(size) -> int:
+    """A size as a Python int. In a trace the size is a traced value and a choice made from it stays in the trace:
+    wanted where model.traced_step keeps a trace per choice, so the tracer's warning about it is not raised."""
     if torch.jit.is_tracing():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            rows, queries = int(rows), int(queries)
+            return int(size)
+    return size
+
+
+def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA
+    (a choice per trace: fixed_in_trace)."""
+    rows, queries = fixed_in_trace(rows), fixed_in_trace(queries)
     return queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu" and dtype == torch.float32
 
 

@@ -48,9 +48,9 @@ class Traced:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
         self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks
 
-    def _branches(self, rows: int, queries: int = 1) -> tuple[bool, bool]:
-        """(attention through matmuls, the output projection's one-row product) at `rows` rows."""
-        matmul = attends_by_matmul(rows, queries, self.network.dtype, self.network.device)
+    def _branches(self, rows: int) -> tuple[bool, bool]:
+        """(attention through matmuls, the output projection's one-row product) of a decoder step of `rows` rows."""
+        matmul = attends_by_matmul(rows, 1, self.network.dtype, self.network.device)
         return matmul, self.one_row_output and one_row(rows)
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ class Traced:
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         """Traced with attention through SDPA; a batch of one-token sources that eager code attends to by matmul
         (that many rows, float32) runs eagerly."""
-        if self._branches(x.shape[0], x.shape[1])[0]:
+        if attends_by_matmul(x.shape[0], x.shape[1], self.network.dtype, self.network.device):
             return self.network.encoder_stack(x, attn_mask)
         return self.encoder.encoder_stack(x, attn_mask)
 
