@@ -19,6 +19,13 @@ batch of 32 new tokens: opus-mt-en-de shape greedy batch 1 / 8 / 32 264 → 241,
 batch 1 / 32 344 → 246, 2,204 → 2,072; NLLB-600M shape greedy batch 1 / 8 1,265 → 1,071, 2,568 → 1,795; the same
 outputs.
 
+oneDNN's kernel reads a packed weight slower for one or two rows than for the PACKED_FOR_ROWS it was packed for,
+so such products run padded with zero rows to that many and keep their own rows (the same numbers, bit for bit:
+each row is computed alike in both kernels). Measured on 2 cores, weights read from memory, µs per call, unpadded →
+padded: 768 → 4,096 at 1 row 504 → 457 and at 2 rows 586 → 478, 2,048 → 768 269 → 211 and 272 → 210, 768 →
+2,304 259 → 222 and 307 → 223 (768 → 768 alike; 3 rows gain nothing). A flan-T5-base-shaped decoder step,
+alternating processes: batch 1 23.0 / 22.7 / 22.4 → 21.6 / 20.2 / 19.0 ms, batch 2 25.9 / 26.1 → 21.0 / 20.8 ms.
+
 At one row (greedy decoding of one sequence) the product is a matrix-vector product, which MKL and oneDNN run on
 one thread: an output projection read from memory at one core's bandwidth. Such a tied projection therefore also
 keeps its matrix transposed (`row_copy`, in × out, another vocabulary × d_model × 4 bytes) and multiplies one row
@@ -37,11 +44,13 @@ from collections import Counter
 from typing import List, Optional, Union
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .layers import fixed_in_trace
 
 PACKED_FOR_ROWS = 4  # the batch size the layout is chosen for; 32 measured the same within noise at 1–128 rows
+PADDED_ROWS = 2  # products over this many rows or fewer run padded to PACKED_FOR_ROWS rows (above)
 
 
 class OneDNNLinear(nn.Linear):
@@ -51,12 +60,20 @@ class OneDNNLinear(nn.Linear):
     beside it, the same matrix transposed, for one row."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.row_copy is not None and one_row(x.numel() // x.shape[-1]):
+        rows = fixed_in_trace(x.numel() // x.shape[-1])
+        if self.row_copy is not None and rows == 1:
             return one_row_product(x, self.row_copy, self.bias, self.row_splits)
         weight = self.weight if self.packed_copy is None else self.packed_copy
-        if torch.jit.is_tracing():
-            return _linear_pointwise(x, weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
+        if not padded(rows):
+            return _product(x, weight, self.bias)
+        y = _product(F.pad(x.reshape(rows, self.in_features), (0, 0, 0, PACKED_FOR_ROWS - rows)), weight, self.bias)
+        return y[:rows].view(*x.shape[:-1], self.out_features)
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    if torch.jit.is_tracing():
+        return _linear_pointwise(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 @torch.jit.script
@@ -67,10 +84,10 @@ def _linear_pointwise(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
 
 
-def one_row(rows) -> bool:
-    """Whether a product over `rows` rows takes one_row_product (where the Linear has a row_copy; a choice per
-    trace: layers.fixed_in_trace)."""
-    return fixed_in_trace(rows) == 1
+def padded(rows) -> bool:
+    """Whether a product over `rows` rows runs padded with zero rows to PACKED_FOR_ROWS (a choice per trace:
+    layers.fixed_in_trace)."""
+    return 0 < fixed_in_trace(rows) <= PADDED_ROWS
 
 
 def one_row_product(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,

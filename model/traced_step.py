@@ -10,12 +10,12 @@ an encoder thread encoding beside it 4.40 → 3.53 ms; with a thread running pur
 
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
-and the output projection's one-row product (cpu_kernels.one_row), so one trace per choice serves every shape: a
-float32 model's decoder step gets up to three (one row, fewer than MATMUL_ATTENTION_MIN_ROWS rows, and that many
-or more). Tracing fails on the tracer's warning that a trace may not generalize (a Python value taken from a
-traced size) rather than serve such a trace.
+the padding of products over one or two rows (cpu_kernels.padded) and the output projection's one-row product, so
+one trace per choice serves every shape: a float32 model's decoder step gets four (one row, two, fewer than
+MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one two. Tracing fails on the tracer's warning
+that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
 
-The traces share the network's weights (about 30 MB more resident memory for the graphs and TorchScript itself);
+The traces share the network's weights (31–89 MB more resident memory for the graphs and TorchScript itself);
 they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
 network changed after that must be traced again. TorchScript is deprecated upstream for torch.compile and
 torch.export, but neither runs a graph outside Python on a CPU without a C++ toolchain, and inductor-compiled steps
@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from .cpu_kernels import one_row
+from .cpu_kernels import PACKED_FOR_ROWS, OneDNNLinear, padded
 from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
 from .transformer import Seq2SeqTransformer
 
@@ -40,25 +40,27 @@ class Traced:
 
     def __init__(self, network: Seq2SeqTransformer):
         self.network = network
-        self.one_row_output = getattr(network.lm_head, "row_copy", None) is not None
-        self.traces: dict[tuple[bool, bool], torch.jit.ScriptModule] = {}  # a decoder step's _branches → its trace
-        for rows in (2, 1, MATMUL_ATTENTION_MIN_ROWS):  # a one-row trace only where one row branches
+        self.pads = any(isinstance(module, OneDNNLinear) for module in network.modules())  # padded products
+        self.traces: dict[tuple[bool, int], torch.jit.ScriptModule] = {}  # a decoder step's _branches → its trace
+        for rows in (2, 1, PACKED_FOR_ROWS, MATMUL_ATTENTION_MIN_ROWS):
             key = self._branches(rows)
             if key not in self.traces:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
-        self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks
+        self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks (6 rows)
 
-    def _branches(self, rows: int) -> tuple[bool, bool]:
-        """(attention through matmuls, the output projection's one-row product) of a decoder step of `rows` rows."""
+    def _branches(self, rows: int) -> tuple[bool, int]:
+        """(attention through matmuls, the rows its products are padded from, 0 for none) of a decoder step of
+        `rows` rows."""
         matmul = attends_by_matmul(rows, 1, self.network.dtype, self.network.device)
-        return matmul, self.one_row_output and one_row(rows)
+        return matmul, rows if self.pads and padded(rows) else 0
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
         return self.traces[self._branches(x.shape[0])].decoder_stack(x, *inputs)
 
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         """Traced with attention through SDPA; a batch of one-token sources that eager code attends to by matmul
-        (that many rows, float32) runs eagerly."""
+        (that many rows, float32) runs eagerly. Products are traced unpadded (6 rows): a source of one or two
+        tokens, which eager code pads, computes the same numbers slower."""
         if attends_by_matmul(x.shape[0], x.shape[1], self.network.dtype, self.network.device):
             return self.network.encoder_stack(x, attn_mask)
         return self.encoder.encoder_stack(x, attn_mask)

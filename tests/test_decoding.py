@@ -264,6 +264,27 @@ def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_product
     assert "packed_copy" not in model[1]._buffers and "row_copy" not in model[1]._buffers
 
 
+def test_one_or_two_rows_multiply_as_the_same_rows_inside_a_product_of_the_rows_the_layout_is_packed_for():
+    """Products over one or two rows run padded with zero rows to PACKED_FOR_ROWS (oneDNN's kernel for fewer rows
+    reads the packed weight slower): the trace of one or two rows pads them, the trace of three does not, and every
+    row comes out bit for bit as inside a product over PACKED_FOR_ROWS rows, eagerly, in any leading shape, traced."""
+    from model.cpu_kernels import PACKED_FOR_ROWS, use_onednn_linears
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    torch.manual_seed(0)
+    linear = use_onednn_linears(torch.nn.Sequential(torch.nn.Linear(64, 96)))[0]
+    x = torch.randn(PACKED_FOR_ROWS, 64)
+    with torch.inference_mode():
+        full = linear(x)  # (PACKED_FOR_ROWS, 96)
+        for rows, pads in ((1, True), (2, True), (3, False)):
+            assert torch.equal(linear(x[:rows]), full[:rows])
+            assert torch.equal(linear(x[:rows, None]), full[:rows, None])  # (rows, 1, 64): a decoder step's input
+            traced = torch.jit.trace(linear, x[:rows], check_trace=False)
+            assert torch.equal(traced(x[:rows]), full[:rows])
+            assert ("aten::pad" in str(traced.inlined_graph)) == pads
+
+
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
     """The start token takes one of the model's positions: 128 positions leave 127 new tokens, whether the limit
     comes from generation_config.json (max_length 200 here), the batch decoder or the server's model limits."""

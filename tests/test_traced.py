@@ -37,7 +37,7 @@ def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows", [1, 3, MATMUL_ATTENTION_MIN_ROWS + 2])
+@pytest.mark.parametrize("rows", [1, 2, 3, MATMUL_ATTENTION_MIN_ROWS + 2])
 def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows):
     traced, eager = networks[dtype]
     assert traced.traced is not None and eager.traced is None
