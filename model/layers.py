@@ -89,8 +89,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     return torch.matmul(scores.softmax(-1), v)
 
 
+class RMSNorm(nn.RMSNorm):
+    """T5's norm, x / √(mean(x²) + eps) · weight. float32 on the CPU writes it out in six operators: the same numbers
+    as torch's rms_norm, which takes ten there (two dtype copies among them): a flan-T5-base-shaped traced step
+    (37 norms) 21.9 / 21.6 / 21.7 → 21.1 / 21.0 / 21.4 ms, alternating in one process."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            return super().forward(x)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 def make_norm(arch: Architecture, d_model: int) -> nn.Module:
-    return nn.RMSNorm(d_model, eps=arch.norm_eps) if arch.rms_norm else nn.LayerNorm(d_model, eps=arch.norm_eps)
+    return RMSNorm(d_model, eps=arch.norm_eps) if arch.rms_norm else nn.LayerNorm(d_model, eps=arch.norm_eps)
 
 
 class SelfAttention(nn.Module):

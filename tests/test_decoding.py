@@ -285,6 +285,23 @@ def test_one_or_two_rows_multiply_as_the_same_rows_inside_a_product_of_the_rows_
             assert ("aten::pad" in str(traced.inlined_graph)) == pads
 
 
+def test_the_written_out_rms_norm_computes_torchs_numbers():
+    """layers.RMSNorm (six operators in float32 on the CPU) gives nn.RMSNorm's numbers bit for bit, eagerly and
+    traced, at a decoder step's and an encoder pass's shapes; other dtypes take torch's own."""
+    torch.manual_seed(0)
+    norm = layers.RMSNorm(512, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(512))
+    reference = torch.nn.RMSNorm(512, eps=1e-6)
+    reference.load_state_dict(norm.state_dict())
+    traced = torch.jit.trace(norm, torch.randn(2, 1, 512))
+    for shape in [(1, 1, 512), (7, 1, 512), (3, 9, 512)]:
+        x = torch.randn(shape) * 4
+        assert torch.equal(norm(x), reference(x)) and torch.equal(traced(x), reference(x))
+    x = torch.randn(2, 3, 512, dtype=torch.bfloat16)
+    assert torch.equal(norm.to(torch.bfloat16)(x), reference.to(torch.bfloat16)(x))
+
+
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
     """The start token takes one of the model's positions: 128 positions leave 127 new tokens, whether the limit
     comes from generation_config.json (max_length 200 here), the batch decoder or the server's model limits."""
