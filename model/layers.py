@@ -28,26 +28,28 @@ def _one_position(t: int) -> bool:
     return not torch.jit.is_tracing() and t == 1
 
 
+# The head size below is -1 to view(), not d // num_heads: in a trace a size computed from sizes is an operator
+# (floor_divide, mul and their conversions) on every step.
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    b, t, d = x.shape
+    b, t, _ = x.shape
     if _one_position(t):  # a decoder step: one view, no transpose (an op less, four times a layer)
-        return x.view(b, num_heads, 1, d // num_heads)  # (B, H, 1, Dh)
-    return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)  # (B, H, T, Dh)
+        return x.view(b, num_heads, 1, -1)  # (B, H, 1, Dh)
+    return x.view(b, t, num_heads, -1).transpose(1, 2)  # (B, H, T, Dh)
 
 
 def split_stacked_heads(x: torch.Tensor, parts: int, num_heads: int) -> tuple[torch.Tensor, ...]:
     """A fused projection's output (B, T, parts·H·Dh) → `parts` tensors (B, H, T, Dh), as chunk + split_heads
     gives them (the same strides), in 3 ops instead of 1 + 2 per part."""
-    b, t, d = x.shape
-    stacked = x.view(b, t, parts, num_heads, d // (parts * num_heads))  # (B, T, parts, H, Dh)
+    b, t, _ = x.shape
+    stacked = x.view(b, t, parts, num_heads, -1)  # (B, T, parts, H, Dh)
     return stacked.permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    b, h, t, dh = x.shape
+    b, _, t, _ = x.shape
     if _one_position(t) and x.is_contiguous():
-        return x.view(b, 1, h * dh)  # (B, 1, D)
-    return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
+        return x.view(b, 1, -1)  # (B, 1, D)
+    return x.transpose(1, 2).reshape(b, t, -1)  # (B, T, D)
 
 
 # float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
