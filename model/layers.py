@@ -28,20 +28,19 @@ def _one_position(t: int) -> bool:
     return not torch.jit.is_tracing() and t == 1
 
 
-# The head size below is -1 to view(), not d // num_heads: in a trace a size computed from sizes is an operator
-# (floor_divide, mul and their conversions) on every step.
+# No size below is computed from another (d // num_heads, h * dh): in a trace each such size is a few operators on
+# every step (floor_divide, mul, their tensor conversions).
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     b, t, _ = x.shape
     if _one_position(t):  # a decoder step: one view, no transpose (an op less, four times a layer)
         return x.view(b, num_heads, 1, -1)  # (B, H, 1, Dh)
-    return x.view(b, t, num_heads, -1).transpose(1, 2)  # (B, H, T, Dh)
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)  # (B, H, T, Dh)
 
 
 def split_stacked_heads(x: torch.Tensor, parts: int, num_heads: int) -> tuple[torch.Tensor, ...]:
     """A fused projection's output (B, T, parts·H·Dh) → `parts` tensors (B, H, T, Dh), as chunk + split_heads
     gives them (the same strides), in 3 ops instead of 1 + 2 per part."""
-    b, t, _ = x.shape
-    stacked = x.view(b, t, parts, num_heads, -1)  # (B, T, parts, H, Dh)
+    stacked = x.unflatten(-1, (parts, num_heads, -1))  # (B, T, parts, H, Dh)
     return stacked.permute(2, 0, 3, 1, 4).unbind(0)
 
 
@@ -49,7 +48,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     b, _, t, _ = x.shape
     if _one_position(t) and x.is_contiguous():
         return x.view(b, 1, -1)  # (B, 1, D)
-    return x.transpose(1, 2).reshape(b, t, -1)  # (B, T, D)
+    return x.transpose(1, 2).flatten(2)  # (B, T, D)
 
 
 # float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
