@@ -15,9 +15,9 @@ one trace per choice serves every shape: a float32 model's decoder step gets fou
 MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one two. Tracing fails on the tracer's warning
 that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
 
-The traces share the network's weights (31–89 MB more resident memory for the graphs and TorchScript itself);
-they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
-network changed after that must be traced again. TorchScript is deprecated upstream for torch.compile and
+The traces share the network's weights (45 and 86 MB more resident memory for the graphs and TorchScript itself
+at the opus-mt-en-de and flan-T5-base shapes, four traces each); they are taken once the weights are final (load()
+on the CPU, after oneDNN packing or int8 quantization), so a network changed after that must be traced again. TorchScript is deprecated upstream for torch.compile and
 torch.export, but neither runs a graph outside Python on a CPU without a C++ toolchain, and inductor-compiled steps
 were 1.4–3.1× slower here (README, decoding speed); torch 2.13 ships it, and the tests hold every traced stack to
 the eager one, bit for bit.
