@@ -31,11 +31,11 @@ one thread: an output projection read from memory at one core's bandwidth. Such 
 keeps its matrix transposed (`row_copy`, in × out, another vocabulary × d_model × 4 bytes) and multiplies one row
 as a batched product over slices of the input dimension, which torch spreads over the intra-op threads, then sums
 the slices (`one_row_product`; with one intra-op thread at load, as a CPU server's engine threads on 2 cores have,
-there is nothing to spread it over and no copy is made). Measured on 2 cores, 512 → 58,101 (opus-mt-en-de) at one row: oneDNN 4.2 ms, MKL
-10.5 ms, the sliced product 2.2 ms (54 GB/s; a sum over the same matrix reads at 73); from 2 rows oneDNN's packed
-layout is faster again (4 rows: 6.7 against 8.8 ms), and for the decoder layers' own matrices (1–7 MB) the
-sliced product gains nothing. Its sum runs in another order: logits within float rounding of the packed ones, as
-oneDNN's own one-row kernel's are.
+there is nothing to spread it over and no copy is made). Measured on 2 cores, 512 → 58,101 (opus-mt-en-de) at one
+row: oneDNN 4.2 ms, MKL 10.5 ms, the sliced product 2.2 ms (54 GB/s; a sum over the same matrix reads at 73); from
+2 rows oneDNN's packed layout is faster again (4 rows: 6.7 against 8.8 ms), and for the decoder layers' own
+matrices (1–7 MB) the sliced product gains nothing (padded, above, they are as fast). Its sum runs in another
+order: logits within float rounding of the packed product's.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ that a trace may not generalize (a Python value taken from a traced size) rather
 
 The traces share the network's weights (45 and 86 MB more resident memory for the graphs and TorchScript itself
 at the opus-mt-en-de and flan-T5-base shapes, four traces each); they are taken once the weights are final (load()
-on the CPU, after oneDNN packing or int8 quantization), so a network changed after that must be traced again. TorchScript is deprecated upstream for torch.compile and
-torch.export, but neither runs a graph outside Python on a CPU without a C++ toolchain, and inductor-compiled steps
-were 1.4–3.1× slower here (README, decoding speed); torch 2.13 ships it, and the tests hold every traced stack to
-the eager one, bit for bit.
+on the CPU, after oneDNN packing or int8 quantization), so a network changed after that must be traced again.
+TorchScript is deprecated upstream for torch.compile and torch.export, but neither runs a graph outside Python on a
+CPU without a C++ toolchain, and inductor-compiled steps were 1.4–3.1× slower here (README, decoding speed); torch
+2.13 ships it, and the tests hold every traced stack to the eager one, bit for bit.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class Traced:
 
     def _branches(self, rows: int) -> tuple[bool, int]:
         """(attention through matmuls, the rows its products are padded from, 0 for none) of a decoder step of
-        `rows` rows."""
+        `rows` rows. One row is always its own key where products are padded: it is also where an output
+        projection with a row_copy takes one_row_product (a row copy exists only on a OneDNNLinear)."""
         matmul = attends_by_matmul(rows, 1, self.network.dtype, self.network.device)
         return matmul, rows if self.pads and padded(rows) else 0
 
