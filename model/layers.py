@@ -54,9 +54,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 # float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
 # instead of scaled_dot_product_attention, whose CPU kernel reads a KV cache of 128 rows at about half the memory
 # bandwidth the batched matmuls reach (opus-mt-en-de and flan-T5-base shapes, beam 4 × batch 32: 6–9 % faster per
-# batch, the same tokens); at 32 rows and fewer the two measured alike, and SDPA is faster at a few rows. Reduced
-# precision keeps SDPA, which accumulates in float32.
-MATMUL_ATTENTION_MIN_ROWS = 64
+# batch, the same tokens). Traced, the matmuls are ahead from 8 rows too: flan-T5-base-shaped step, SDPA → matmuls
+# in one process alternating, 8 rows 24.2 → 23.7 ms, 16 rows 32.7 → 31.8, 32 rows 56.7 → 54.0 (55.8 → 51.5 at 31
+# target positions); opus-mt-en-de 32 rows 23.2 → 21.7 (int8 9.5 → 8.9); at 4 rows alike (19.2 / 19.4 ms), and at
+# one row SDPA is faster (9 against 17 µs an attention). Reduced precision keeps SDPA, which accumulates in float32.
+MATMUL_ATTENTION_MIN_ROWS = 8
 
 
 def fixed_in_trace(size) -> int:
