@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from .cpu_kernels import PACKED_FOR_ROWS, OneDNNLinear, padded
+from .cpu_kernels import PADDED_ROWS, OneDNNLinear, padded
 from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
 from .transformer import Seq2SeqTransformer
 
@@ -42,7 +42,8 @@ class Traced:
         self.network = network
         self.pads = any(isinstance(module, OneDNNLinear) for module in network.modules())  # padded products
         self.traces: dict[tuple[bool, int], torch.jit.ScriptModule] = {}  # a decoder step's _branches → its trace
-        for rows in (2, 1, PACKED_FOR_ROWS, MATMUL_ATTENTION_MIN_ROWS):
+        # one step of each kind: padded (2, 1), the fewest rows neither padded nor attending by matmul, by matmul
+        for rows in (2, 1, PADDED_ROWS + 1, MATMUL_ATTENTION_MIN_ROWS):
             key = self._branches(rows)
             if key not in self.traces:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
