@@ -29,31 +29,31 @@ class StepEvent:
 
 @dataclass
 class Encoded:
-    """New requests after their encoder pass, waiting to join the batch: laid out by cache row (an entry's
-    num_beams rows in a block, entries in order), so joining copies them into the cache in one slice."""
+    """New requests after their encoder pass, waiting to join the batch: one source per entry, which takes its
+    num_beams cache rows (in a block, entries in order) when it joins."""
 
     entries: list[tuple[Hashable, list[int], DecodeParams]]
-    cross_k: torch.Tensor  # (L, R, H, S, Dh): cross-attention keys of every decoder layer, R rows of the entries
-    cross_v: torch.Tensor  # (L, R, H, S, Dh)
-    mask: torch.Tensor  # (R, S) True on real source tokens
+    cross_k: torch.Tensor  # (L, B, H, S, Dh): cross-attention keys of every decoder layer, one row per entry
+    cross_v: torch.Tensor  # (L, B, H, S, Dh)
+    mask: torch.Tensor  # (B, S) True on real source tokens
+
+    @property
+    def copies(self) -> list[int]:
+        """The cache rows each entry takes: its beams."""
+        return [params.num_beams for _, _, params in self.entries]
 
     @property
     def rows(self) -> int:
-        return self.mask.shape[0]
+        return sum(self.copies)
 
     def without(self, dropped: frozenset) -> "Encoded":
-        """The entries whose keys are not in `dropped` (cancelled while they were encoded), and their rows."""
-        kept, rows, first = [], [], 0
-        for key, ids, params in self.entries:
-            if key not in dropped:
-                kept.append((key, ids, params))
-                rows += range(first, first + params.num_beams)
-            first += params.num_beams
+        """The entries whose keys are not in `dropped` (cancelled while they were encoded), and their sources."""
+        kept = [i for i, (key, _, _) in enumerate(self.entries) if key not in dropped]
         if len(kept) == len(self.entries):
             return self
-        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        return Encoded(kept, self.cross_k.index_select(1, index), self.cross_v.index_select(1, index),
-                       self.mask.index_select(0, index))
+        index = torch.tensor(kept, dtype=torch.long, device=self.mask.device)
+        return Encoded([self.entries[i] for i in kept], self.cross_k.index_select(1, index),
+                       self.cross_v.index_select(1, index), self.mask.index_select(0, index))
 
 
 class BatchDecoder:
@@ -103,13 +103,7 @@ class BatchDecoder:
         for _, ids, params in entries:
             self.check(ids, params)
         memory, mask = self.model.encode_sources([ids for _, ids, _ in entries])  # (B, S, D), (B, S)
-        cross_k, cross_v = self.model.cross_kv(memory)  # (L, B, H, S, Dh)
-        beams = [params.num_beams for _, _, params in entries]
-        if max(beams) > 1:  # each beam its own row: (L, R, H, S, Dh), (R, S)
-            index = torch.repeat_interleave(torch.tensor(beams, device=mask.device))
-            cross_k, cross_v = cross_k.index_select(1, index), cross_v.index_select(1, index)
-            mask = mask.index_select(0, index)
-        return Encoded(entries, cross_k, cross_v, mask)
+        return Encoded(entries, *self.model.cross_kv(memory), mask)  # (L, B, H, S, Dh) × 2, (B, S)
 
     @torch.inference_mode()
     def join(self, encoded: Encoded, dropped: frozenset = frozenset()) -> None:
@@ -131,7 +125,7 @@ class BatchDecoder:
             row += params.num_beams
             row_params += [params] * params.num_beams
             self.searches[key] = search
-        self.cache.write_source(first_free, encoded.cross_k, encoded.cross_v, encoded.mask)
+        self.cache.write_source(first_free, encoded.cross_k, encoded.cross_v, encoded.mask, encoded.copies)
         self.rules.admit(list(range(first_free, row)), row_params)
 
     @torch.inference_mode()

@@ -139,6 +139,28 @@ def test_requests_cancelled_while_encoded_do_not_join(translator):
     assert sorted(results) == [0, 2] and decoder.free_rows == 8
 
 
+def test_sources_written_with_copies_fill_each_beams_rows_with_their_source():
+    """write_source with copies [2, 2, 1, 3]: rows [first, first + 8) hold each source's keys, values and mask once
+    per copy, as repeating the sources row by row gives; rows outside are left alone."""
+    from model.kv_cache import KVCache
+
+    layers, heads, dh, sources, source_len = 2, 3, 4, 4, 5
+    cache = KVCache(layers, rows=12, num_heads=heads, head_dim=dh, max_target_len=6, max_source_len=7,
+                    dtype=torch.float32, device="cpu")
+    k, v = (torch.randn(layers, sources, heads, source_len, dh) for _ in range(2))
+    mask = torch.rand(sources, source_len) > 0.3
+    copies, first = [2, 2, 1, 3], 3
+    cache.write_source(first, k, v, mask, copies)
+    index = torch.repeat_interleave(torch.tensor(copies))
+    rows = slice(first, first + sum(copies))
+    assert torch.equal(cache.cross_k[:, rows, :, :source_len], k[:, index])
+    assert torch.equal(cache.cross_v[:, rows, :, :source_len], v[:, index])
+    assert torch.equal(cache.source_mask[rows, :source_len], mask[index])
+    assert not cache.source_mask[rows, source_len:].any()
+    untouched = [*range(first), *range(first + sum(copies), 12)]
+    assert not cache.cross_k[:, untouched].any() and cache.source_mask[untouched, 0].all()
+
+
 def test_admit_rejects_a_key_already_decoding(translator):
     decoder = BatchDecoder(translator.bundle.network, capacity=4, max_source_len=32, max_new_tokens=7)
     params = DecodeParams(max_new_tokens=5)
