@@ -31,14 +31,16 @@ class KVCache:
         with as many copies is one broadcast copy: an index_select over the row dimension instead ran
         element by element (flan-T5-base shape, 32 sources × 4 beams: 72 → 6 ms, and no 226 MB intermediate)."""
         n, s = source_mask.shape
-        row = source = 0
-        for count, run in groupby(copies or [1] * n):
+        copies = copies or [1] * n
+        rows = slice(first, first + sum(copies))
+        self.source_mask[rows] = False
+        self.source_mask[rows, :s] = source_mask.repeat_interleave(torch.tensor(copies, device=source_mask.device), 0)
+        row, source = first, 0
+        for count, run in groupby(copies):
             sources = len(list(run))
-            rows, taken = slice(first + row, first + row + sources * count), slice(source, source + sources)
             for buffer, values in ((self.cross_k, cross_k), (self.cross_v, cross_v)):
-                buffer[:, rows, :, :s].unflatten(1, (sources, count)).copy_(values[:, taken, None])
-            self.source_mask[rows] = False
-            self.source_mask[rows, :s] = source_mask[taken].repeat_interleave(count, 0)
+                buffer[:, row:row + sources * count, :, :s].unflatten(1, (sources, count)).copy_(
+                    values[:, source:source + sources, None])
             row, source = row + sources * count, source + sources
 
     def step_views(self, n: int, target_len: int, source_len: int) -> tuple[torch.Tensor, ...]:

@@ -10,6 +10,7 @@ from oracles import assert_cached_steps_equal_full
 
 from model import BatchDecoder, DecodeParams, Translator, layers, load
 from model.batch_decoder import vocabulary_topk
+from model.kv_cache import KVCache
 from model.layers import MATMUL_ATTENTION_MIN_ROWS, attention
 
 
@@ -142,8 +143,6 @@ def test_requests_cancelled_while_encoded_do_not_join(translator):
 def test_sources_written_with_copies_fill_each_beams_rows_with_their_source():
     """write_source with copies [2, 2, 1, 3]: rows [first, first + 8) hold each source's keys, values and mask once
     per copy, as repeating the sources row by row gives; rows outside are left alone."""
-    from model.kv_cache import KVCache
-
     layers, heads, dh, sources, source_len = 2, 3, 4, 4, 5
     cache = KVCache(layers, rows=12, num_heads=heads, head_dim=dh, max_target_len=6, max_source_len=7,
                     dtype=torch.float32, device="cpu")
