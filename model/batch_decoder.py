@@ -68,7 +68,7 @@ class BatchDecoder:
         self.capacity, self.max_source_len, self.max_new_tokens = capacity, max_source_len, max_new_tokens
         self.cache = model.new_cache(capacity, max_target_len, max_source_len)
         # Written every step; allocated once because a fresh (n, V) tensor each step costs page faults on the
-        # CPU (measured: log_softmax over 128 × 58,101 scores 10 → 3 ms).
+        # CPU (loadtests/README.md).
         self.logprobs = torch.empty(capacity, model.config.target_vocab_size, device=model.device)
         self.rules = RowRules(capacity, max_target_len, model.config.eos_token_id, model.device)
         self.static_step = (StaticStep(model, self.cache, capture=model.device.type == "cuda") if static_shapes
@@ -252,9 +252,8 @@ TOP_K_BLOCK = 64
 def vocabulary_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.topk(scores, k) over the vocabulary of (R, V) scores → values, indices (R, k). On the CPU through
     block maxima: the k best lie in the k blocks (of TOP_K_BLOCK tokens) with the best maxima, so one max-reduction
-    over the scores and a top-k over k blocks replace a top-k over V (128 × 58,101, k 8: 3.25 → 0.71 ms, the same
-    values and indices). A row whose k-th best is -inf (fewer than k tokens allowed) takes torch.topk's own choice
-    among the ties."""
+    over the scores and a top-k over k blocks replace a top-k over V (faster, the same values and indices). A row
+    whose k-th best is -inf (fewer than k tokens allowed) takes torch.topk's own choice among the ties."""
     rows, vocab = scores.shape
     if scores.device.type != "cpu" or vocab < 4 * k * TOP_K_BLOCK:
         return torch.topk(scores, k)

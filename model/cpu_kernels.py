@@ -1,41 +1,21 @@
 """float32 matmuls on the CPU through oneDNN instead of torch's default (MKL) path, on weights laid out for it.
 
-torch sends a float32 nn.Linear to MKL's sgemm; on this project's benchmark machine (AMD EPYC, AVX-512) oneDNN's
-kernel, which torch ships and uses for bfloat16 anyway, is about twice as fast at every decoding shape
-(output projection 512 → 58,101: 4.3 → 2.9 ms at 1 row, 18.6 → 8.2 ms at 32 rows) with the same float32
-accumulation. Switching the class keeps parameter names, weight tying and state_dict keys unchanged.
-
-Each weight is then reordered once into oneDNN's blocked layout (`_reorder_linear_weight`), which otherwise
-oneDNN would work around on every call: measured with weights read from memory, as a decoder step reads them,
-768 → 32,128 at 4 rows 3.8 → 1.6 ms and at 32 rows 7.8 → 5.3 ms, 768 → 4,096 at 4 rows 0.44 → 0.32 ms, and never
-slower from 1 to 2,048 rows. Results are bit-identical to the plain layout from 4 rows; at 1 row they differ by
-about 1e-6 (another kernel), as MKL's do.
+torch sends a float32 nn.Linear to MKL's sgemm; oneDNN's kernel, which torch ships and uses for bfloat16 anyway, is
+faster at every decoding shape, with the same float32 accumulation. Switching the class keeps parameter names, weight
+tying and state_dict keys unchanged. Each weight is reordered once into oneDNN's blocked layout
+(`_reorder_linear_weight`), which oneDNN would otherwise work around on every call; results are bit-identical to the
+plain layout from 4 rows and about 1e-6 apart at 1 row (another kernel), as MKL's are.
 
 A weight another module shares stays plain, since the other module reads it as it is: a tied output projection
-shares the embedding matrix, which the embedding looks rows up in. Such a Linear can multiply by a packed copy
-of its own (`pack_shared`), at the memory of a second matrix (vocabulary × d_model × 4 bytes: 119 MB for
-opus-mt-en-de, 1.05 GB for NLLB-200-600M). Measured in one process, alternately with and without the copy, ms per
-batch of 32 new tokens: opus-mt-en-de shape greedy batch 1 / 8 / 32 264 → 241, 393 → 327, 867 → 751, beam 4
-batch 1 / 32 344 → 246, 2,204 → 2,072; NLLB-600M shape greedy batch 1 / 8 1,265 → 1,071, 2,568 → 1,795; the same
-outputs.
+shares the embedding matrix, which the embedding looks rows up in. Such a Linear can multiply by a packed copy of its
+own (`pack_shared`), at the memory of a second vocabulary × d_model matrix.
 
-oneDNN's kernel reads a packed weight slower for one or two rows than for the PACKED_FOR_ROWS it was packed for,
-so such products run padded with zero rows to that many and keep their own rows (the same numbers, bit for bit:
-each row is computed alike in both kernels). Measured on 2 cores, weights read from memory, µs per call, unpadded →
-padded: 768 → 4,096 at 1 row 504 → 457 and at 2 rows 586 → 478, 2,048 → 768 269 → 211 and 272 → 210, 768 →
-2,304 259 → 222 and 307 → 223 (768 → 768 alike; 3 rows gain nothing). A flan-T5-base-shaped decoder step,
-alternating processes: batch 1 23.0 / 22.7 / 22.4 → 21.6 / 20.2 / 19.0 ms, batch 2 25.9 / 26.1 → 21.0 / 20.8 ms.
-
-At one row (greedy decoding of one sequence) the product is a matrix-vector product, which MKL and oneDNN run on
-one thread: an output projection read from memory at one core's bandwidth. Such a tied projection therefore also
-keeps its matrix transposed (`row_copy`, in × out, another vocabulary × d_model × 4 bytes) and multiplies one row
-as a batched product over slices of the input dimension, which torch spreads over the intra-op threads, then sums
-the slices (`one_row_product`; with one intra-op thread at load, as a CPU server's engine threads on 2 cores have,
-there is nothing to spread it over and no copy is made). Measured on 2 cores, 512 → 58,101 (opus-mt-en-de) at one
-row: oneDNN 4.2 ms, MKL 10.5 ms, the sliced product 2.2 ms (54 GB/s; a sum over the same matrix reads at 73); from
-2 rows oneDNN's packed layout is faster again (4 rows: 6.7 against 8.8 ms), and for the decoder layers' own
-matrices (1–7 MB) the sliced product gains nothing (padded, above, they are as fast). Its sum runs in another
-order: logits within float rounding of the packed product's.
+oneDNN reads a packed weight slower for one or two rows than for the PACKED_FOR_ROWS it was packed for, so such
+products run padded with zero rows to that many (`padded`; each row is computed alike, bit for bit). At one row
+(greedy decoding of one sequence) MKL and oneDNN run a matrix-vector product on one thread, at one core's bandwidth,
+so a tied projection also keeps its matrix transposed (`row_copy`) and multiplies one row as a batched product over
+slices of the input dimension, spread over the intra-op threads, then summed (`one_row_product`; logits within float
+rounding of the packed product's; no copy with one intra-op thread at load). Measurements: loadtests/README.md.
 """
 
 from __future__ import annotations

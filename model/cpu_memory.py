@@ -4,10 +4,8 @@ A decoder step on the CPU allocates a few tensors of tens of megabytes and frees
 output projection's logits (rows × vocabulary × 4 bytes: 30 MB at beam 4 batch 32 for opus-mt-en-de). glibc
 serves an allocation that large with an mmap of its own, or from a heap it trims again on free, and a thread other
 than the main one gets a heap of its own, unmapped whole once empty: every step the kernel maps those pages anew,
-faults each one in and zeroes it. Measured on the 2-core benchmark machine, opus-mt-en-de shape int8: the output
-projection at 128 rows 24–26 ms inside a decoding run, 12 ms with the limits below; beam 4 batch 32 decoding
-427 → 565 and 473 → 629 tokens/s (in a second thread 414 → 557 and 473 → 532) in alternating runs, the other
-cells (greedy and beam 4, batch 1, 8, 32, float32 and int8) within the noise.
+faults each one in and zeroes it, which can double the time of the product that fills them (measurements:
+loadtests/README.md).
 
 torch has no caching allocator on the CPU; three glibc limits make one: allocations up to 32 MB (the most glibc
 takes) come from a heap, up to 1 GB freed at its top stays there for the next step, and threads that first

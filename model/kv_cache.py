@@ -29,7 +29,7 @@ class KVCache:
         """Store cross-attention K/V (L, n, H, S', Dh) and the source mask (n, S') of n new sources in the rows from
         `first` on: copies[i] rows for source i (its beams; one each by default), in order. Each run of sources
         with as many copies is one broadcast copy: an index_select over the row dimension instead ran
-        element by element (flan-T5-base shape, 32 sources × 4 beams: 72 → 6 ms, and no 226 MB intermediate)."""
+        element by element, through a large intermediate."""
         n, s = source_mask.shape
         copies = copies or [1] * n
         rows = slice(first, first + sum(copies))
@@ -53,7 +53,7 @@ class KVCache:
     @staticmethod
     def _copy_rows(buffer: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, length: int) -> None:
         """buffer (L, R, H, T, Dh): rows dst get rows src over the first `length` positions. A layer at a time
-        with index_select + index_copy_: 2.6× faster on the CPU than one indexed assignment over all layers."""
+        with index_select + index_copy_: faster on the CPU than one indexed assignment over all layers."""
         for layer in buffer[:, :, :, :length]:  # (R, H, length, Dh)
             layer.index_copy_(0, dst, layer.index_select(0, src))
 

@@ -52,12 +52,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 # float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
-# instead of scaled_dot_product_attention, whose CPU kernel reads a KV cache of 128 rows at about half the memory
-# bandwidth the batched matmuls reach (opus-mt-en-de and flan-T5-base shapes, beam 4 × batch 32: 6–9 % faster per
-# batch, the same tokens). Traced, the matmuls are ahead from 8 rows too: flan-T5-base-shaped step, SDPA → matmuls
-# in one process alternating, 8 rows 24.2 → 23.7 ms, 16 rows 32.7 → 31.8, 32 rows 56.7 → 54.0 (55.8 → 51.5 at 31
-# target positions); opus-mt-en-de 32 rows 23.2 → 21.7 (int8 9.5 → 8.9); at 4 rows alike (19.2 / 19.4 ms), and at
-# one row SDPA is faster (9 against 17 µs an attention). Reduced precision keeps SDPA, which accumulates in float32.
+# instead of scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory
+# bandwidth the batched matmuls reach (the same tokens); below 8 rows the two are alike, and at one row SDPA is
+# faster (measurements: loadtests/README.md). Reduced precision keeps SDPA, which accumulates in float32.
 MATMUL_ATTENTION_MIN_ROWS = 8
 
 
@@ -94,8 +91,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
 
 class RMSNorm(nn.RMSNorm):
     """T5's norm, x / √(mean(x²) + eps) · weight. float32 on the CPU writes it out in six operators: the same numbers
-    as torch's rms_norm, which takes ten there (two dtype copies among them): a flan-T5-base-shaped traced step
-    (37 norms) 21.9 / 21.6 / 21.7 → 21.1 / 21.0 / 21.4 ms, alternating in one process."""
+    as torch's rms_norm, which takes ten there (two dtype copies among them), so a step with many norms is faster."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu":

@@ -4,9 +4,7 @@ dispatched from Python one by one.
 
 Two costs go: Python's per-operator overhead, and the interpreter lock. An eager step lets the lock go and takes
 it back around every operator, so any other thread of the process that holds it (the encoder thread, the engine
-process's pipe threads, an event loop) makes the step wait at each of them; a traced step takes it once. Measured
-on the 2-core machine, demo model, 23 rows (`layers` alone, bit-identical logits): 3.36 → 2.97 ms per step; with
-an encoder thread encoding beside it 4.40 → 3.53 ms; with a thread running pure Python beside it 352 → 43 ms.
+process's pipe threads, an event loop) makes the step wait at each of them; a traced step takes it once.
 
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
@@ -15,11 +13,11 @@ one trace per choice serves every shape: a float32 model's decoder step gets fou
 MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one two. Tracing fails on the tracer's warning
 that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
 
-The traces share the network's weights (45 and 86 MB more resident memory for the graphs and TorchScript itself
-at the opus-mt-en-de and flan-T5-base shapes, four traces each); they are taken once the weights are final (load()
-on the CPU, after oneDNN packing or int8 quantization), so a network changed after that must be traced again.
+The traces share the network's weights (the graphs and TorchScript itself take tens of MB more resident memory);
+they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
+network changed after that must be traced again.
 TorchScript is deprecated upstream for torch.compile and torch.export, but neither runs a graph outside Python on a
-CPU without a C++ toolchain, and inductor-compiled steps were 1.4–3.1× slower here (README, decoding speed); torch
+CPU without a C++ toolchain, and inductor-compiled steps were slower here (loadtests/README.md, bench_step); torch
 2.13 ships it, and the tests hold every traced stack to the eager one, bit for bit.
 """
 
