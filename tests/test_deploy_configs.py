@@ -1,12 +1,22 @@
 """deploy/: the Serve config and its copy in the KubeRay manifest pass Ray's own schema with no key Ray would ignore,
-their args are settings the server knows, their deployment options apply to the app build_app makes, and the
-Prometheus and Grafana files refer only to metrics the server exports. No Ray instance is started."""
+their args are settings the server knows, their deployment options apply to the app build_app makes, every Python
+object they name (import paths) resolves, the Dockerfile's python steps run against the installed package and the
+paths it copies exist, and the Prometheus and Grafana files refer only to metrics the server exports. No Ray
+instance is started. Module names are read from the deploy files, not repeated here."""
 
 from __future__ import annotations
 
 import copy
+import fnmatch
+import importlib
+import importlib.metadata
 import json
+import os
 import re
+import shlex
+import subprocess
+import sys
+import tomllib
 import typing
 from pathlib import Path
 
@@ -23,7 +33,7 @@ from server.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BUILD_APP_KEYS = {"model", "max_models_per_replica"}  # build_app's own args; the others are Settings fields
-DEPLOYMENTS = {"ModelServer"}  # the names server/deployment.py gives its deployments
+DEPLOYMENTS = {"ModelServer"}  # the names build_app (the configs' import_path) gives its deployments
 
 
 def load_yaml(name: str) -> dict:
@@ -129,8 +139,11 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
     from ray.serve._private.build_app import build_app as ray_build_app
     from ray.serve._private.deploy_utils import deploy_args_to_deployment_info
 
-    import server.deployment as deployment_module
-    from server.registry import ModelEntry, ModelRegistry
+    import_path = config["applications"][0]["import_path"]
+    deployment_module = importlib.import_module(split_import_path(import_path)[0])
+    build_app = resolve_import_path(import_path)
+    ModelRegistry = deployment_module.ModelRegistry  # noqa: N806 (the registry build_app's module uses)
+    ModelEntry = sys.modules[ModelRegistry.__module__].ModelEntry  # noqa: N806
 
     def no_ray(*args, **kwargs):
         raise AssertionError("this test must not start Ray")
@@ -144,7 +157,7 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
 
     schema = ServeDeploySchema.model_validate(config).applications[0]
     args = config["applications"][0]["args"]
-    built = ray_build_app(deployment_module.build_app(schema.args), name=schema.name, default_runtime_env={})
+    built = ray_build_app(build_app(schema.args), name=schema.name, default_runtime_env={})
     assert paths == [[p for p in (args.get("model") or "").split(",") if p]]
     assert {d.name for d in built.deployments} == DEPLOYMENTS
     model_server = next(d for d in built.deployments if d.name == "ModelServer")
@@ -170,6 +183,83 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
     assert effective.graceful_shutdown_timeout_s >= settings.request_timeout_s, "scale-down would cut requests"
     assert effective.max_ongoing_requests > settings.max_batch_rows + settings.max_queued_requests, \
         "no room for health checks beside a full engine"
+
+
+# --- Python objects the deploy files name ------------------------------------------------------------------------
+
+IMPORT_PATH_KEYS = {"import_path", "worker_process_setup_hook"}  # Serve application builder; Ray runtime_env hook
+
+
+def split_import_path(path: str) -> tuple[str, str]:
+    """(module, attribute) of "module:attr" or "module.attr", the two forms Ray accepts."""
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    assert module and attr, f"not an import path: {path!r}"
+    return module, attr
+
+
+def resolve_import_path(path: str):
+    """What Ray does with an import path: import the module, then get the attribute."""
+    module, attr = split_import_path(path)
+    value = importlib.import_module(module)
+    for part in attr.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def named_import_paths(node, where: str = "") -> list[tuple[str, str, str]]:
+    """(where, key, import path) for each value in a loaded deploy file that names a Python object: the keys in
+    IMPORT_PATH_KEYS, and environment variables named *_IMPORT_PATH, in env_vars mappings and in Kubernetes env
+    lists ({name, value}). serveConfigV2 (YAML inside a string) is parsed and searched too."""
+    found = []
+    if isinstance(node, dict):
+        name = node.get("name")
+        if isinstance(name, str) and name.endswith("_IMPORT_PATH") and isinstance(node.get("value"), str):
+            found.append((where, name, node["value"]))
+        for key, value in node.items():
+            here = f"{where}.{key}" if where else str(key)
+            if key == "serveConfigV2" and isinstance(value, str):
+                value = yaml.safe_load(value)
+            if isinstance(value, str) and (key in IMPORT_PATH_KEYS or str(key).endswith("_IMPORT_PATH")):
+                found.append((here, key, value))
+            else:
+                found += named_import_paths(value, here)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            found += named_import_paths(item, f"{where}[{i}]")
+    return found
+
+
+def test_named_import_paths_finds_every_form():
+    manifest = {"spec": {
+        "serveConfigV2": "applications:\n  - import_path: a.b:build\n"
+                         "    runtime_env: {worker_process_setup_hook: a.hook, env_vars: {X_IMPORT_PATH: a.x}}\n",
+        "containers": [{"env": [{"name": "Y_IMPORT_PATH", "value": "a.y"}, {"name": "OTHER", "value": "a.z"}]}]}}
+    assert sorted(path for _, _, path in named_import_paths(manifest)) == ["a.b:build", "a.hook", "a.x", "a.y"]
+    assert split_import_path("a.b:build") == split_import_path("a.b.build") == ("a.b", "build")
+
+
+@pytest.mark.parametrize("name", ["serve_config.yaml", "rayservice.yaml"])
+def test_named_import_paths_resolve(name):
+    from ray.serve._private.http_util import validate_http_proxy_callback_return
+    from ray.serve.deployment import Application
+
+    named = named_import_paths(load_yaml(name))
+    assert any(key == "import_path" for _, key, _ in named), f"{name}: no application import_path found"
+    if name == "rayservice.yaml":  # its proxies load the server's middleware (a lost replica answers 503)
+        assert any(key == "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH" for _, key, _ in named)
+    for where, key, path in named:
+        try:
+            value = resolve_import_path(path)
+        except (ImportError, AttributeError) as e:
+            raise AssertionError(f"{name}: {where} = {path!r} does not resolve: {e!r}") from e
+        if key == "import_path":  # an application builder, or an application bound at import
+            assert callable(value) or isinstance(value, Application), f"{name}: {where} = {path!r}"
+        else:  # Ray calls what the others name
+            assert callable(value), f"{name}: {where} = {path!r} is not callable"
+        if key == "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH":  # what each Serve proxy does at start
+            assert validate_http_proxy_callback_return(value()), f"{name}: {path!r} returns no middleware"
 
 
 # --- KubeRay ------------------------------------------------------------------------------------------------------
@@ -209,15 +299,143 @@ def test_rayservice_runs_the_same_application():
 
 # --- Docker -------------------------------------------------------------------------------------------------------
 
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, its arguments) for each instruction of a Dockerfile, continuation lines joined; comment lines
+    (and parser directives) dropped, as Docker drops them, also inside a continuation."""
+    instructions, current = [], ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        keyword, _, args = (current + stripped).partition(" ")
+        instructions.append((keyword.upper(), args.strip()))
+        current = ""
+    assert not current, "the Dockerfile ends inside a continuation line"
+    return instructions
+
+
+def command_words(args: str) -> list[str]:
+    """The words of a RUN/CMD/ENTRYPOINT command: exec form (a JSON list) or shell form."""
+    return json.loads(args) if args.startswith("[") else shlex.split(args)
+
+
+def python_arguments(words: list[str], option: str) -> list[str]:
+    """What follows each `python <option>` in a command's words (`-c`: the code, `-m`: the module)."""
+    return [words[i + 2] for i in range(len(words) - 2)
+            if re.fullmatch(r"(?:\S*/)?python(?:3(?:\.\d+)?)?", words[i]) and words[i + 1] == option]
+
+
+def dockerfile_python(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(the code of every `python -c` of a RUN step, that of the HEALTHCHECK's, the modules of every `python -m`)."""
+    run, healthcheck, modules = [], [], []
+    for keyword, args in dockerfile_instructions(text):
+        if keyword == "HEALTHCHECK":
+            words = command_words(args)
+            if "CMD" in words:
+                healthcheck += python_arguments(words[words.index("CMD") + 1:], "-c")
+                modules += python_arguments(words[words.index("CMD") + 1:], "-m")
+        elif keyword in ("RUN", "CMD", "ENTRYPOINT"):
+            words = command_words(args)
+            run += python_arguments(words, "-c") if keyword == "RUN" else []
+            modules += python_arguments(words, "-m")
+    return run, healthcheck, modules
+
+
+def dockerfile_context_sources(text: str) -> list[str]:
+    """The build-context paths COPY and ADD take (not --from= copies of another stage or image, not URLs)."""
+    sources = []
+    for keyword, args in dockerfile_instructions(text):
+        if keyword not in ("COPY", "ADD"):
+            continue
+        words = command_words(args)
+        if any(w.startswith("--from") for w in words):
+            continue
+        paths = [w for w in words if not w.startswith("--")]
+        sources += [p for p in paths[:-1] if "://" not in p]
+    return sources
+
+
+def test_dockerfile_parsing():
+    text = ('FROM python AS build\n# a comment\nCOPY --chown=1 a b ./\nCOPY --from=build /opt /opt\n'
+            'RUN pip install . \\\n    # comment inside\n    && python -c "import x; print(\'y\')" \\\n'
+            '    && python3 -m pip --version\nHEALTHCHECK --interval=1s CMD python -c "import z"\n'
+            'CMD ["python", "-m", "server"]\n')
+    assert dockerfile_context_sources(text) == ["a", "b"]
+    assert dockerfile_python(text) == (["import x; print('y')"], ["import z"], ["pip", "server"])
+    assert dockerignored("tests/a.py", ["tests"]) and dockerignored("model/x/__pycache__", ["**/__pycache__"])
+    assert not dockerignored("model", ["tests", "**/__pycache__", "*.whl"])
+
+
+@pytest.fixture(scope="module")
+def installed_cwd(tmp_path_factory) -> Path:
+    """Where the Dockerfile's python steps run. An empty directory when the distribution is installed as a
+    regular copy, so that its packages come from site-packages, as in the image; the repository root when it is
+    installed editable (the same packages, and this checkout's even when the install points at another one) or not
+    installed at all (the tree `pip install .` installs)."""
+    name = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    try:
+        direct_url = importlib.metadata.distribution(name).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return ROOT
+    if direct_url and json.loads(direct_url).get("dir_info", {}).get("editable"):
+        return ROOT
+    return tmp_path_factory.mktemp("docker-python")
+
+
+def run_python(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dockerfile_python_steps_run_against_the_installed_package(installed_cwd):
+    """Each `python -c` of a RUN step runs as the build runs it; the HEALTHCHECK's needs a running server, so it
+    is only compiled; each `python -m` module (the CMD's) is found, with its __main__ for a package."""
+    run, healthcheck, modules = dockerfile_python((DEPLOY / "Dockerfile").read_text(encoding="utf-8"))
+    assert run and healthcheck and modules
+    for code in run:
+        done = run_python(installed_cwd, "-c", code)
+        assert done.returncode == 0, f"Dockerfile step python -c {code!r} fails:\n{done.stderr}"
+    for code in healthcheck:
+        compile(code, "<HEALTHCHECK>", "exec")
+    find = ("import importlib.util, sys\n"
+            "spec = importlib.util.find_spec(sys.argv[1])\n"
+            "if spec is not None and spec.submodule_search_locations is not None:\n"
+            "    spec = importlib.util.find_spec(sys.argv[1] + '.__main__')\n"
+            "sys.exit(spec is None)")
+    for module in modules:
+        done = run_python(installed_cwd, "-c", find, module)
+        assert done.returncode == 0, f"Dockerfile runs python -m {module}, which is not found:\n{done.stderr}"
+
+
+def test_a_moved_name_fails_the_dockerfile_check(installed_cwd):
+    run, _, _ = dockerfile_python('RUN python -c "from model import no_such_name"\n')
+    done = run_python(installed_cwd, "-c", run[0])
+    assert done.returncode != 0 and "ImportError" in done.stderr
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Whether a .dockerignore pattern excludes path or a folder above it (the patterns used here: no `!`)."""
+    parts = Path(path).parts
+    return any(fnmatch.fnmatch("/".join(parts[:i]), pattern.strip("/"))
+               or pattern.startswith("**/") and fnmatch.fnmatch(parts[i - 1], pattern[3:])
+               for pattern in patterns for i in range(1, len(parts) + 1))
+
+
 def test_dockerfile_copies_existing_paths_and_serves_port_8000():
     text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
-    sources = [source for line in text.splitlines() if line.startswith("COPY ") and "--from" not in line
-               for source in line.split()[1:-1]]
+    sources = dockerfile_context_sources(text)
     assert sources
+    ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+               if line.strip() and not line.startswith("#")]
     for source in sources:
-        assert (ROOT / source).exists(), source
-    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
-    assert not set(sources) & set(ignored)
+        if any(c in source for c in "*?["):
+            assert list(ROOT.glob(source)), f"COPY {source}: matches nothing"
+        else:
+            assert (ROOT / source).exists(), f"COPY {source}: no such path in the repository"
+        assert not dockerignored(source, ignored), f"COPY {source}: excluded by Dockerfile.dockerignore"
     assert "EXPOSE 8000" in text and "/healthz" in text
     assert 'CMD ["python", "-m", "server", "--host", "0.0.0.0"]' in text
     assert f"ARG RAY_VERSION={rayservice()['spec']['rayClusterConfig']['rayVersion']}" in text
