@@ -24,11 +24,11 @@ import torch
 from num2words import num2words
 
 from model import DecodeParams, Translator
-from server.engine import Engine
-from server.loop import EngineLoop
+from server.engine.engine import Engine
+from server.engine.loop import EngineLoop
 from server.metrics import EngineStats
-from server.request import FinalOutput
-from server.scheduler import Plan, Scheduler
+from server.engine.sequence import FinalOutput
+from server.engine.scheduler import Plan, Scheduler
 
 LANGS = ("de", "fr", "es", "it")
 FILLER_IDS = itertools.count()
@@ -130,7 +130,7 @@ def run_mode(translator: Translator, mode: str, clients: int, sources, params) -
     scheduler_cls = RequestLevelScheduler if static else Scheduler
     engine = (StaticBatchEngine if static else Engine)(translator.bundle.network, rows, max_input_tokens=64,
                                                       max_new_tokens=params.max_new_tokens)
-    loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_queued=10_000),
+    loop = EngineLoop(engine, scheduler_cls(rows, max_batch_tokens=8192, max_waiting=10_000),
                       EngineStats(mode)).start()
     try:
         start = time.perf_counter()
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modes", default="continuous,request-level,one-at-a-time")
     args = p.parse_args(argv)
     translator = Translator.from_pretrained(args.model)
-    params = translator.bundle.decode_params(beam_size=args.beam_size, max_new_tokens=64)
+    params = translator.bundle.decode_params(num_beams=args.beam_size, max_new_tokens=64)
     translator.translate(["one"], target_lang="de")  # warm-up
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}; model {translator.bundle.name}; beams {params.num_beams}\n")

@@ -17,10 +17,11 @@ import torch
 from num2words import num2words
 
 from model import Translator, prepare
-from server.dispatch import translate
+from server.front.dispatch import translate
 from server.domain import TranslationJob
-from server.local import LocalModels, set_engine_threads
-from server.registry import ModelRegistry
+from server.runtime.local import LocalModels
+from server.runtime.process import set_engine_threads
+from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 

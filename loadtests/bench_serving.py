@@ -32,10 +32,10 @@ from pathlib import Path
 import torch
 
 from model import Translator
-from server.local import set_engine_threads
+from server.runtime.process import set_engine_threads
 from server.metrics import EngineStats
-from server.request import FinalOutput
-from server.service import start_engine_loop
+from server.engine.sequence import FinalOutput
+from server.engine.loop import start_engine_loop
 from server.settings import Settings
 
 from .bench_batching import demo_texts
@@ -90,7 +90,7 @@ def run_engine(translator: Translator, texts: Texts, clients: int, per_request: 
     bundle = translator.bundle
     params = bundle.decode_params()
     sources = [bundle.source(text, None, lang) for text, lang in texts]
-    loop = start_engine_loop(bundle, settings, EngineStats("bench"))
+    loop = start_engine_loop(bundle, settings, EngineStats("bench"), settings.max_waiting_sequences)
     outputs, latencies = [""] * len(texts), []
 
     async def client(requests: list[list[int]]):

@@ -10,19 +10,18 @@ from .alignment import AlignmentInput, word_alignments
 from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, Encoded, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
-from .config import GenerationDefaults
 from .cpu_memory import keep_freed_memory
 from .errors import CheckpointError
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
-from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, FileError, MarkupError, detect_language, detectable,
-                   marked_units, prepare, read_file, text_content)
+from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, Documents, FileError, MarkupError, detect_language,
+                   detectable, prepare, read_file, text_content)
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "Encoded", "FileError", "GenerationDefaults", "Hypothesis", "MarkupError", "ModelBundle",
+           "Document", "Documents", "Encoded", "FileError", "Hypothesis", "MarkupError", "ModelBundle",
            "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
            "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "iso_code", "keep_freed_memory",
-           "load", "marked_units", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
+           "load", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
            "word_alignments"]

@@ -15,16 +15,18 @@ import torch
 
 from .architecture import ModelConfig
 from .checkpoint import load_network
-from .config import GenerationDefaults, read_generation_defaults, read_json
+from .config import read_json
 from .cpu_memory import keep_freed_memory
 from .errors import CheckpointError
 from .families import Family, Languages, Tokenizer, family_for
+from .generation import read_generation_defaults
 from .languages import UnsupportedLanguage, match_language
 from .quantize import quantize_int8
 from .search import DecodeParams
 from .traced_step import trace_stacks
 from .transformer import Seq2SeqTransformer
 
+SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "seed")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CHOICES = (*DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
 
@@ -52,7 +54,7 @@ class ModelBundle:
     config: ModelConfig
     network: Seq2SeqTransformer | None  # None when loaded without weights
     tokenizer: Tokenizer
-    generation: GenerationDefaults
+    generation: DecodeParams  # the checkpoint's generation defaults
     normalize: Callable[[str], str] | None = None  # Moses punctuation normalization, opt-in
 
     @property
@@ -89,28 +91,20 @@ class ModelBundle:
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids)
 
-    def decode_params(self, beam_size: int | None = None, max_new_tokens: int | None = None,
-                      length_penalty: float | None = None, n_best: int = 1, **overrides) -> DecodeParams:
-        """The model's generation defaults with the caller's choices over them."""
-        g = self.generation
-        sampling = overrides.get("do_sample", g.do_sample)
-        params = DecodeParams(
-            max_new_tokens=max_new_tokens or g.max_new_tokens,
-            min_new_tokens=g.min_new_tokens,
-            num_beams=beam_size or (1 if sampling else g.num_beams),
-            length_penalty=g.length_penalty if length_penalty is None else length_penalty,
-            early_stopping=g.early_stopping,
-            num_return_sequences=n_best,
-            do_sample=sampling,
-            temperature=g.temperature,
-            top_k=g.top_k,
-            top_p=g.top_p,
-            bad_words_ids=g.bad_words_ids,
-            forced_eos_token_id=g.forced_eos_token_id,
-            repetition_penalty=g.repetition_penalty,
-            no_repeat_ngram_size=g.no_repeat_ngram_size,
-        )
-        return replace(params, **overrides)
+    def samples(self, choices: dict) -> bool:
+        """Whether decoding with `choices` samples: any sampling knob chosen asks for it, else the model's
+        default does."""
+        return choices.get("do_sample", False) or any(choices.get(k) is not None for k in SAMPLING_KNOBS) \
+            or self.generation.do_sample
+
+    def decode_params(self, **choices) -> DecodeParams:
+        """The model's generation defaults with the caller's choices (DecodeParams fields; None = the default)
+        over them. Sampling runs one beam unless the caller chose beams (DecodeParams then refuses)."""
+        choices = {k: v for k, v in choices.items() if v is not None}
+        sampling = self.samples(choices)
+        choices.pop("do_sample", None)
+        beams = choices.pop("num_beams", None) or (1 if sampling else self.generation.num_beams)
+        return replace(self.generation, **choices, do_sample=sampling, num_beams=beams)
 
 
 def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:

@@ -39,7 +39,8 @@ class Translator:
         bundle = self.bundle
         source_lang, target_lang = bundle.resolve_languages(source_lang, target_lang)
         prepared = {i: bundle.source(t, source_lang, target_lang) for i, t in enumerate(texts) if t.strip()}
-        params = bundle.decode_params(beam_size, max_new_tokens, length_penalty, n_best, **overrides)
+        params = bundle.decode_params(num_beams=beam_size, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                      num_return_sequences=n_best, **overrides)
         results: dict[int, Translation] = {i: Translation("", 0.0, [], "eos", []) for i in range(len(texts))
                                            if i not in prepared}
         if progress and results:

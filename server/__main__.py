@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from .listen import ensure_free
-from .ray_main import add_ray_arguments
+from .runtime.listen import ensure_free
+from .runtime.ray_main import add_ray_arguments
 from .settings import Settings
 
 
@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
     if args.no_ray:
-        from .workers import serve
+        from .runtime.workers import serve
 
         return serve(args.model, settings)
-    from .ray_main import serve_with_ray
+    from .runtime.ray_main import serve_with_ray
 
     return serve_with_ray(args, settings)
 

@@ -1,16 +1,16 @@
-"""Domain jobs and results: what every API (native, and later LibreTranslate and DeepL) maps its requests to.
+"""Domain jobs and results: what every API (native, LibreTranslate, DeepL) maps its requests to.
 
 Plain dataclasses: they cross the Ray boundary cheaply and carry no HTTP or pydantic types.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """What a request may choose; None = the model's generation defaults."""
+    """The decoding knobs a request may choose, as every API names them once mapped; None = the model's default."""
 
     max_new_tokens: int | None = None
     num_beams: int | None = None
@@ -24,11 +24,10 @@ class DecodeOptions:
     no_repeat_ngram_size: int | None = None
     min_new_tokens: int | None = None
 
-    @property
-    def sampling_knobs(self) -> dict:
-        """The sampling knobs given; any of them asks for sampling."""
-        knobs = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed)
-        return {k: v for k, v in knobs.items() if v is not None}
+    def choices(self) -> dict:
+        """The knobs given, by the search's names (model.DecodeParams): the one mapping between the two."""
+        chosen = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "n_best"}
+        return {k: v for k, v in chosen.items() if v is not None} | {"num_return_sequences": self.n_best}
 
 
 @dataclass(frozen=True)
@@ -132,3 +131,7 @@ class ModelInfo:
     max_input_tokens: int
     max_new_tokens: int
     max_beams: int
+
+    def codes(self, side: str) -> tuple[str, ...]:
+        """The model's own codes of its "source" or "target" languages."""
+        return tuple(lang.code for lang in (self.source_languages if side == "source" else self.target_languages))

@@ -40,9 +40,7 @@ class Mirrored:
         self.prom = kind(name, doc, labels, **kwargs)
         self.ray = None
 
-    def export_to_ray(self) -> None:
-        from ray.serve import metrics as ray_metrics
-
+    def export_to_ray(self, ray_metrics) -> None:
         ray_kind = getattr(ray_metrics, self.kind.__name__)
         extra = {"boundaries": list(self.kwargs["buckets"])} if self.kind is Histogram else {}
         self.ray = ray_kind(self.name, description=self.doc, tag_keys=self.label_names, **extra)
@@ -140,11 +138,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def enable_ray_export() -> None:
-    """Call from a Serve replica's __init__: from then on this process also records to Ray's metrics."""
+def enable_ray_export(ray_metrics) -> None:
+    """Call from a Serve replica's __init__ with `ray.serve.metrics`: from then on this process also records to
+    Ray's metrics."""
     for metric in ALL:
         if metric.ray is None:
-            metric.export_to_ray()
+            metric.export_to_ray(ray_metrics)
 
 
 BY_NAME = {metric.name: metric for metric in ALL}

@@ -23,10 +23,11 @@ class Settings:
     max_batch_rows: int = 64  # KV-cache rows: live sequences (a beam request holds num_beams rows)
     max_batch_tokens: int = 4096  # padded source tokens admitted in one encoder pass
     max_request_share: float = 0.5  # of the batch rows, one request (a document) may hold while others decode
-    max_queued_requests: int = 256  # waiting sequences before new requests get 503
-    max_texts: int = 64  # texts in one /v1/translate request
+    max_waiting_sequences: int = 256  # per model: sequences waiting for the batch before new requests get 503
+    max_texts: int = 64  # texts in one translate request
     max_input_tokens: int = 256  # tokens per sequence (a sentence; longer ones are cut)
     max_document_chars: int = 100_000  # characters per text (a document cut into sentences); more is refused
+    max_generate_chars: int = 20_000  # characters in one /v1/generate text, before tokenizing
     max_new_tokens: int = 256  # upper limit a request may ask for
     max_beams: int = 16
     max_body_bytes: int = 1_000_000
@@ -40,6 +41,7 @@ class Settings:
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
+    max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)
 
     def __post_init__(self):
         if self.workers < 1:

@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from server.ray_main import LOCAL_RAY_ENV  # noqa: E402
+from server.runtime.ray_main import LOCAL_RAY_ENV  # noqa: E402
 
 # Ray reads these at import: every Ray process the tests start stays on 127.0.0.1.
 for key, value in LOCAL_RAY_ENV.items():

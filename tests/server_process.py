@@ -27,9 +27,9 @@ def in_process_client(settings, paths: list[str] | None = None):
     models' engine loops stop afterwards."""
     from fastapi.testclient import TestClient
 
-    from server.app import create_app
-    from server.local import LocalModels
-    from server.registry import ModelRegistry
+    from server.api import create_app
+    from server.runtime.local import LocalModels
+    from server.front.registry import ModelRegistry
 
     models = LocalModels(settings, ModelRegistry.from_paths(paths))
     try:

@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 from server_process import Scrape, eventually, in_process_client
 
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
+from server.api import create_app
+from server.runtime.local import LocalModels
+from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8, max_body_bytes=30000,

@@ -11,8 +11,8 @@ from libretranslatepy import LibreTranslateAPI
 from num2words import num2words
 from server_process import running_server
 
-from server.compat.downloads import Downloads
-from server.compat.languages import ServedLanguages, canonical, public_code
+from server.api.downloads import Downloads
+from server.api.languages import ServedLanguages, canonical, public_code
 from server.domain import LanguageInfo, ModelInfo
 
 MAX_CHARS = 400

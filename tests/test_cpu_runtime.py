@@ -1,5 +1,5 @@
-"""The CPU process an engine decodes in: two OpenMP teams at most (server.local.in_passing_thread), and large
-per-step tensors served from glibc's heap and kept there when freed (model.cpu_memory)."""
+"""The CPU process an engine decodes in: two OpenMP teams at most (server.runtime.process.in_passing_thread), and
+large per-step tensors served from glibc's heap and kept there when freed (model.cpu_memory)."""
 
 import json
 import platform
@@ -16,8 +16,8 @@ SERVE = """
 import asyncio, json, os, threading, time, torch
 from model import demo_model_dir
 from server.domain import TextOptions, TranslationJob
-from server.local import load_service
-from server.registry import ModelEntry
+from server.runtime.local import load_service
+from server.front.registry import ModelEntry
 from server.settings import Settings
 
 def workers():  # threads beyond the Python ones, once the workers of exited threads' teams have gone

@@ -17,7 +17,7 @@ def decode_all(bundle, sources: list[str], static_shapes: bool, capacity: int = 
     decoder = BatchDecoder(bundle.network, capacity=capacity, max_source_len=64, max_new_tokens=48,
                            static_shapes=static_shapes)
     assert bool(decoder.static_step and decoder.static_step.graphs) == static_shapes
-    jobs = [(i, bundle.source(text).ids, bundle.decode_params(beam_size=beams[i % len(beams)], max_new_tokens=48))
+    jobs = [(i, bundle.source(text).ids, bundle.decode_params(num_beams=beams[i % len(beams)], max_new_tokens=48))
             for i, text in enumerate(sources)]
     results = {}
     while jobs or decoder.searches:

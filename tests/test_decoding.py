@@ -327,7 +327,7 @@ def test_the_written_out_rms_norm_computes_torchs_numbers():
 def test_new_token_limits_follow_the_models_positions(family_checkpoints):
     """The start token takes one of the model's positions: 128 positions leave 127 new tokens, whether the limit
     comes from generation_config.json (max_length 200 here), the batch decoder or the server's model limits."""
-    from server.registry import model_limits
+    from server.front.registry import model_limits
     from server.settings import Settings
 
     bundle = load(family_checkpoints["nllb"])

@@ -181,7 +181,7 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
         assert effective.max_ongoing_requests >= effective.autoscaling_config.target_ongoing_requests
     assert effective.max_ongoing_requests >= settings.max_batch_rows, "replicas could never fill a batch"
     assert effective.graceful_shutdown_timeout_s >= settings.request_timeout_s, "scale-down would cut requests"
-    assert effective.max_ongoing_requests > settings.max_batch_rows + settings.max_queued_requests, \
+    assert effective.max_ongoing_requests > settings.max_batch_rows + settings.max_waiting_sequences, \
         "no room for health checks beside a full engine"
 
 

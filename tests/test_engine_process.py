@@ -13,7 +13,7 @@ import pytest
 from server_process import Scrape, eventually, in_process_client, running_server
 
 from server.errors import QueueFull
-from server.request import FinalOutput
+from server.engine.sequence import FinalOutput
 from server.settings import Settings
 
 BODIES = [
@@ -54,11 +54,11 @@ def test_answers_equal_those_of_an_engine_in_the_server_process():
 def engine_process(checkpoint):
     """The tiny model's engine in a child process: one row, room for three waiting sequences."""
     from model import load
-    from server.engine_process import EngineProcess
-    from server.registry import model_limits
+    from server.runtime.engine_process import EngineProcess
+    from server.front.registry import model_limits
 
     bundle = load(str(checkpoint), weights=False)
-    settings = model_limits(Settings(max_batch_rows=1, max_queued_requests=3), bundle.max_positions)
+    settings = model_limits(Settings(max_batch_rows=1, max_waiting_sequences=3), bundle.max_positions)
     engine = EngineProcess(str(checkpoint), settings, "tiny", threads=1)
     try:
         yield engine, bundle
@@ -70,7 +70,7 @@ def test_backpressure_counts_what_waits_across_the_pipe(engine_process):
     """The queue limit holds for sequences the engine process has not admitted yet; those cancelled while
     waiting, and those admitted, give their place back."""
     engine, bundle = engine_process
-    params = bundle.decode_params(beam_size=1, max_new_tokens=200)
+    params = bundle.decode_params(num_beams=1, max_new_tokens=200)
     ids = bundle.source("hello world", None, None).ids
 
     async def scenario():
@@ -89,7 +89,7 @@ def test_backpressure_counts_what_waits_across_the_pipe(engine_process):
         assert eventually(lambda: engine.queued.value == 2, timeout=5)
         engine.cancel(*(request for request, _ in waiting + more))
         assert eventually(lambda: engine.queued.value == 0, timeout=5)
-        short = bundle.decode_params(beam_size=1, max_new_tokens=3)
+        short = bundle.decode_params(num_beams=1, max_new_tokens=3)
         finals = []
         for request, queue in engine.submit([(ids, short)] * 3):
             async for output in engine.outputs(request, queue):

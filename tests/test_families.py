@@ -146,7 +146,7 @@ def test_one_batch_mixing_target_languages_equals_each_alone(family_checkpoints)
         alone = translator.translate([text], source_lang="eng_Latn", target_lang=target, beam_size=beams,
                                      max_new_tokens=20)[0]
         source = bundle.source(text, "eng_Latn", target)
-        params = bundle.decode_params(beam_size=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos)
+        params = bundle.decode_params(num_beams=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos)
         jobs.append((i, source.ids, params, alone))
         assert alone.token_ids[0] == bundle.tokenizer.codes[target]
     decoder = BatchDecoder(bundle.network, capacity=8, max_source_len=128, max_new_tokens=20)

@@ -4,9 +4,9 @@ import schemathesis
 from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
+from server.api import create_app
+from server.runtime.local import LocalModels
+from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 

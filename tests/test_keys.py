@@ -4,7 +4,7 @@ LibreTranslate and DeepL APIs (in-process app, demo model), each API answering i
 import pytest
 from server_process import in_process_client
 
-from server.keys import Keys, QuotaExceeded, RateLimited
+from server.api.keys import Keys, QuotaExceeded, RateLimited
 from server.settings import Settings
 
 FORTY_TWO = "forty-two"  # 9 characters

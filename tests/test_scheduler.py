@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from server.errors import QueueFull
-from server.request import FinalOutput, SeqRequest, Status, TokenOutput
-from server.scheduler import Scheduler
+from server.engine.sequence import FinalOutput, Sequence, Status, TokenOutput
+from server.engine.scheduler import Scheduler
 
 
 @dataclass
@@ -22,15 +22,15 @@ class Event:  # the shape of model.StepEvent
     results: list | None = None
 
 
-def request(tokens: int, beams: int = 1, deliver=lambda output: None) -> SeqRequest:
-    return SeqRequest(list(range(tokens)), SimpleNamespace(num_beams=beams), deliver)
+def request(tokens: int, beams: int = 1, deliver=lambda output: None) -> Sequence:
+    return Sequence(list(range(tokens)), SimpleNamespace(num_beams=beams), deliver)
 
 
-def sentences_of_one_request(n: int) -> list[SeqRequest]:
+def sentences_of_one_request(n: int) -> list[Sequence]:
     """A document's sentences: one scheduler group."""
     document = [request(3) for _ in range(n)]
     for sentence in document[1:]:
-        sentence.group = document[0].group
+        sentence.request_id = document[0].request_id
     return document
 
 
@@ -39,7 +39,7 @@ def hypothesis(n: int):
 
 
 def test_admits_first_come_first_served_within_rows_and_never_skips_ahead():
-    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_queued=10)
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_waiting=10)
     a, b, c, d = request(3, beams=2), request(3, beams=1), request(3, beams=2), request(3, beams=1)
     scheduler.add([a, b, c, d])
     plan = scheduler.schedule()
@@ -49,7 +49,7 @@ def test_admits_first_come_first_served_within_rows_and_never_skips_ahead():
 
 
 def test_padded_token_budget_bounds_one_encoder_pass():
-    scheduler = Scheduler(max_rows=64, max_batch_tokens=30, max_queued=10)
+    scheduler = Scheduler(max_rows=64, max_batch_tokens=30, max_waiting=10)
     short, long_, other = request(5), request(12), request(4)
     scheduler.add([short, long_, other])
     assert scheduler.schedule().admit == [short, long_]  # 2 × 12 = 24 ≤ 30; a third would pad to 36
@@ -60,7 +60,7 @@ def test_padded_token_budget_bounds_one_encoder_pass():
 
 
 def test_queueing_is_all_or_none():
-    scheduler = Scheduler(max_rows=4, max_batch_tokens=100, max_queued=3)
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=100, max_waiting=3)
     scheduler.add([request(2), request(2)])
     with pytest.raises(QueueFull) as info:
         scheduler.add([request(2), request(2)])
@@ -69,7 +69,7 @@ def test_queueing_is_all_or_none():
 
 
 def test_cancel_while_waiting_and_while_running():
-    scheduler = Scheduler(max_rows=2, max_batch_tokens=100, max_queued=10)
+    scheduler = Scheduler(max_rows=2, max_batch_tokens=100, max_waiting=10)
     running, waiting = request(2, beams=2), request(2)
     scheduler.add([running, waiting])
     scheduler.schedule()
@@ -84,7 +84,7 @@ def test_cancel_while_waiting_and_while_running():
 
 
 def test_update_turns_events_into_outputs_and_retires_finished_requests():
-    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_queued=10)
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_waiting=10)
     greedy, beam = request(3), request(3, beams=3)
     scheduler.add([greedy, beam])
     scheduler.schedule()
@@ -101,7 +101,7 @@ def test_update_turns_events_into_outputs_and_retires_finished_requests():
 
 
 def test_events_of_a_request_cancelled_during_the_step_are_dropped():
-    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_queued=10)
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_waiting=10)
     r = request(3)
     scheduler.add([r])
     scheduler.schedule()
@@ -141,11 +141,11 @@ class FakeEngine:
 
 
 def test_a_failing_delivery_cancels_only_its_own_request():
-    from server.loop import EngineLoop
+    from server.engine.loop import EngineLoop
     from server.metrics import EngineStats
 
     engine = FakeEngine(length=50)
-    loop = EngineLoop(engine, Scheduler(max_rows=4, max_batch_tokens=100, max_queued=10),
+    loop = EngineLoop(engine, Scheduler(max_rows=4, max_batch_tokens=100, max_waiting=10),
                       EngineStats("fake")).start()
     got, finished = [], threading.Event()
 
@@ -173,7 +173,7 @@ def test_a_failing_delivery_cancels_only_its_own_request():
 
 
 def test_a_short_request_takes_the_first_row_a_long_document_frees():
-    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_queued=100)
+    scheduler = Scheduler(max_rows=4, max_batch_tokens=1000, max_waiting=100)
     document = sentences_of_one_request(20)
     scheduler.add(document)
     assert scheduler.schedule().admit == document[:4]  # alone, the document takes every row
@@ -187,7 +187,7 @@ def test_a_short_request_takes_the_first_row_a_long_document_frees():
 
 
 def test_a_document_grows_only_to_its_share_while_others_decode():
-    scheduler = Scheduler(max_rows=8, max_batch_tokens=1000, max_queued=100, max_request_share=0.5)
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=1000, max_waiting=100, max_request_share=0.5)
     document = sentences_of_one_request(20)
     scheduler.add(document)
     assert scheduler.schedule().admit == document[:8]  # alone, the document takes every row

@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from server_process import Scrape, eventually, running_server
 
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
+from server.api import create_app
+from server.runtime.local import LocalModels
+from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 KEY = "sk-test-5f1c9d"
@@ -89,14 +89,14 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     service = models.services[models.registry.default]
     entered, release = threading.Event(), threading.Event()
-    execute = service.loop.engine.execute
+    execute = service.engine.engine.execute
 
     def stuck(plan):
         entered.set()
         release.wait(30)  # a step that does not return, as a hung kernel would
         return execute(plan)
 
-    service.loop.engine.execute = stuck
+    service.engine.engine.execute = stuck
     try:
         with TestClient(create_app(models, settings)) as c:
             assert c.get("/readyz").status_code == 200
@@ -105,7 +105,7 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
             assert entered.wait(10), "the engine never took a step"
             # The thresholds are the behaviour under test: poll until each route fails, then check when it did,
             # against the loop's last sign of progress (a stuck step leaves it where it was).
-            last_progress = service.loop.heartbeat
+            last_progress = service.engine.heartbeat
             assert eventually(lambda: c.get("/readyz").status_code == 503, timeout=10)
             assert time.monotonic() - last_progress >= settings.ready_stale_s
             assert c.get("/healthz").status_code == 200  # not yet: health waits for health_stale_s

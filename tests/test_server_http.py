@@ -24,7 +24,7 @@ def demo_server():
 def tiny_server(checkpoint):
     # A random tiny model rarely says </s>: outputs run to max_new_tokens, so lengths are under control.
     with running_server("--no-ray", "--model", str(checkpoint), "--max-batch-rows", "8",
-                        "--max-queued-requests", "6") as server:
+                        "--max-waiting-sequences", "6") as server:
         yield server.url
 
 
@@ -36,7 +36,7 @@ def slow_server(tmp_path_factory):
 
     checkpoint = build_checkpoint(tmp_path_factory.mktemp("slow") / "slow", d_model=256, decoder_layers=6)
     with running_server("--no-ray", "--model", str(checkpoint), "--max-batch-rows", "8",
-                        "--max-queued-requests", "256") as server:
+                        "--max-waiting-sequences", "256") as server:
         yield server.url
 
 

@@ -157,7 +157,7 @@ def test_alone_equals_inside_a_busy_mixed_batch(text2text_checkpoints, name, sta
         beams, overrides = 1 + i % 3, rules[i % len(rules)]
         alone = translator.translate([text], beam_size=beams, max_new_tokens=20, **overrides)[0]
         source = bundle.source(text)
-        params = bundle.decode_params(beam_size=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos,
+        params = bundle.decode_params(num_beams=beams, max_new_tokens=20, forced_bos_token_id=source.forced_bos,
                                       **overrides)
         jobs.append((i, source.ids, params, alone))
     decoder = BatchDecoder(bundle.network, capacity=7, max_source_len=128, max_new_tokens=20,

@@ -5,10 +5,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model import Translator, detect_language
-from server import dispatch
-from server.app import create_app
-from server.local import LocalModels
-from server.registry import ModelRegistry
+from server.front import dispatch
+from server.api import create_app
+from server.runtime.local import LocalModels
+from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=16, max_new_tokens=12)

@@ -9,7 +9,7 @@ from model import load
 from model.layers import MATMUL_ATTENTION_MIN_ROWS
 from model.traced_step import trace_stacks
 from model.transformer import Seq2SeqTransformer
-from server.local import load_weights
+from server.runtime.process import load_weights
 from server.settings import Settings
 
 DTYPES = ["float32", "int8"]

@@ -98,7 +98,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(args, capsys):
     """Worker processes and Ray replicas bind with SO_REUSEPORT, which would share the port with a server already
     there (the same user's): the server refuses to start instead."""
     from server.__main__ import main
-    from server.listen import reuseport_socket
+    from server.runtime.listen import reuseport_socket
 
     with reuseport_socket("127.0.0.1", 0) as taken:
         taken.listen()

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from server.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
+from server.runtime.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
 from server_process import free_port  # noqa: E402
 
 os.environ.update(LOCAL_RAY_ENV)
@@ -22,8 +22,8 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from server.deployment import build  # noqa: E402
-from server.registry import ModelRegistry  # noqa: E402
+from server.runtime.deployment import build  # noqa: E402
+from server.front.registry import ModelRegistry  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 

@@ -11,10 +11,12 @@ Only the units that hold inline marks (`marked_units()`) need an alignment; the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from .inline import Alignment, Mark, Run
 from .markup import FORMATS, escaper, parts
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,6 +63,36 @@ def prepare(text: str, language: str | None, format: str = "text", split_sentenc
     return document
 
 
+@dataclass
+class Documents:
+    """Several documents translated together: their units in one list, rendered back per document."""
+
+    documents: list[Document]
+
+    @property
+    def units(self) -> list[str]:
+        return [unit for document in self.documents for unit in document.units]
+
+    def marked_units(self) -> list[int]:
+        """Indices (in `units`) of the units with inline marks inside: the ones whose alignment matters."""
+        out, first = [], 0
+        for document in self.documents:
+            out += [first + i for i in document.marked_units()]
+            first += len(document.units)
+        return out
+
+    def per_document(self, values: Sequence[T]) -> list[list[T]]:
+        """One value per unit (in `units` order) → the values of each document's units."""
+        values = iter(values)
+        return [[next(values) for _ in document.units] for document in self.documents]
+
+    def render(self, translations: Sequence[str], alignments: dict[int, Alignment]) -> list[str]:
+        """Each document rebuilt from its units' translations; `alignments` by unit index (marked units only)."""
+        aligned = self.per_document([alignments.get(i) for i in range(len(translations))])
+        return [document.render(texts, marks)
+                for document, texts, marks in zip(self.documents, self.per_document(translations), aligned)]
+
+
 def translate_texts(texts: Sequence[str], language: str | None, translate: Callable[[list[str]], list[str]],
                     fits: Callable[[str], bool] | None = None,
                     align: Callable[[list[int]], list[Alignment]] | None = None, **options) -> list[str]:
@@ -68,22 +100,8 @@ def translate_texts(texts: Sequence[str], language: str | None, translate: Calla
     `align`, called after `translate` with the indices of the units that hold inline marks (in that list of
     units), returns their word alignments; without it marks are placed proportionally. `options` as for
     prepare()."""
-    documents = [prepare(text, language, fits=fits, **options) for text in texts]
-    translations = translate([unit for document in documents for unit in document.units])
-    alignments: list[Alignment | None] = [None] * len(translations)
-    marked = marked_units(documents)
-    if align is not None and marked:
-        for i, alignment in zip(marked, align(marked)):
-            alignments[i] = alignment
-    translated, aligned = iter(translations), iter(alignments)
-    return [document.render([next(translated) for _ in document.units], [next(aligned) for _ in document.units])
-            for document in documents]
-
-
-def marked_units(documents: Sequence[Document]) -> list[int]:
-    """Indices of the units with inline marks inside, counting the documents' units in order."""
-    out, first = [], 0
-    for document in documents:
-        out += [first + i for i in document.marked_units()]
-        first += len(document.units)
-    return out
+    documents = Documents([prepare(text, language, fits=fits, **options) for text in texts])
+    translations = translate(documents.units)
+    marked = documents.marked_units()
+    alignments = dict(zip(marked, align(marked))) if align is not None and marked else {}
+    return documents.render(translations, alignments)

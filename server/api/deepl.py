@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
-from .. import dispatch
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import BodyTooLarge, InvalidRequest
-from ..keys import Keys, QuotaExceeded
-from ..settings import Settings
-from ..streaming import json_response, until_disconnect
-from .errors import BAD_REQUEST, ErrorStyle, InvalidKey
+from ..front import dispatch
+from .deps import AppState, State
+from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, message_only
+from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
 from .reading import Params, caller_of, present, read_params, validated
+from .streaming import json_response, until_disconnect
 
 MAX_TEXTS = 50  # DeepL's limit per request
-UNLIMITED = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
+NO_CHARACTER_LIMIT = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
 INVALID_KEY = "Invalid auth key: send Authorization: DeepL-Auth-Key <key>"
 TAG_LISTS = ("ignore_tags", "non_splitting_tags", "splitting_tags")
 # DeepL's target codes name a variety where its source codes do not.
@@ -37,7 +37,7 @@ def owns(path: str) -> bool:
     return path.startswith("/v2/")
 
 
-STYLE = ErrorStyle("message", owns, {**BAD_REQUEST, InvalidKey: 403, QuotaExceeded: 456})
+STYLE = ErrorStyle(message_only("message"), owns, {**BAD_REQUEST, InvalidKey: 403, QuotaExceeded: 456})
 
 
 class TranslateForm(BaseModel):
@@ -62,14 +62,14 @@ class TranslateForm(BaseModel):
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-class Translation(BaseModel):
+class DeepLTranslation(BaseModel):
     detected_source_language: str
     text: str
     billed_characters: int  # always sent: the official client reads it unconditionally
 
 
 class TranslateResponse(BaseModel):
-    translations: list[Translation]
+    translations: list[DeepLTranslation]
 
 
 class LanguageEntry(BaseModel):
@@ -104,7 +104,7 @@ def translate_response(result: TranslationResult, texts: list[str], source_lang:
         return (source_lang or (found.language if found else "")).upper()
 
     return TranslateResponse(translations=[
-        Translation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text))
+        DeepLTranslation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text))
         for t, text in zip(result.texts, texts)])
 
 
@@ -122,64 +122,59 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntr
     return [LanguageEntry(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
-def add_deepl_routes(app: FastAPI, provider, keys: Keys, settings: Settings) -> ErrorStyle:
-    route = STYLE.route
+async def caller(request: Request, state: AppState, work: bool = False) -> tuple[str, Params]:
+    params = await read_params(request)
+    return caller_of(request, state.keys, deepl_key(request, params), INVALID_KEY, work), params
 
-    async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
-        params = await read_params(request)
-        return caller_of(request, keys, deepl_key(request, params), INVALID_KEY, work), params
 
-    @route(app, "/v2/translate", ["POST"], response_model=TranslateResponse)
-    async def translate(request: Request):
-        who, params = await caller(request, work=True)
-        data = present(params, list(TranslateForm.model_fields), lists=("text",))
-        data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
-        form = validated(TranslateForm, data, missing, invalid)
-        if len(form.text) > MAX_TEXTS:
-            raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text",
-                               limit=MAX_TEXTS)
-        characters = sum(map(len, form.text))
-        if characters > settings.max_request_chars:
-            raise BodyTooLarge(f"Request too large: {characters} characters; at most {settings.max_request_chars}",
-                               field="text", limit=settings.max_request_chars)
-        if form.glossary_id is not None:
-            raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).",
-                                 field="glossary_id")
-        languages = ServedLanguages(tuple(provider.models()))
-        for name in ("source_lang", "target_lang"):
-            code = getattr(form, name)
-            if code and not languages.supports(code, name.partition("_")[0]):
-                raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
-        job = TranslationJob(
-            texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
-            source_lang=canonical(form.source_lang) if form.source_lang else None,
-            target_lang=canonical(form.target_lang),
-            texts_field="text", text_options=text_options(form))
+@STYLE.route("/v2/translate", ["POST"], response_model=TranslateResponse)
+async def translate(request: Request, state: State):
+    who, params = await caller(request, state, work=True)
+    data = present(params, list(TranslateForm.model_fields), lists=("text",))
+    data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
+    form = validated(TranslateForm, data, missing, invalid)
+    if len(form.text) > MAX_TEXTS:
+        raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
+    count, limit = characters(form.text), state.settings.max_request_chars
+    if count > limit:
+        raise BodyTooLarge(f"Request too large: {count} characters; at most {limit}", field="text", limit=limit)
+    if form.glossary_id is not None:
+        raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
+    languages = ServedLanguages(tuple(state.provider.models()))
+    for name in ("source_lang", "target_lang"):
+        code = getattr(form, name)
+        if code and not languages.supports(code, name.partition("_")[0]):
+            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+    job = TranslationJob(
+        texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
+        source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),
+        texts_field="text", text_options=text_options(form))
 
-        async def work():
-            with keys.spending(who, characters):
-                result = await dispatch.translate(provider, job)
-            return json_response(translate_response(result, form.text, form.source_lang))
+    async def work():
+        with state.keys.spending(who, count):
+            result = await dispatch.translate(state.provider, job)
+        return json_response(translate_response(result, form.text, form.source_lang))
 
-        return await until_disconnect(request, work())
+    return await until_disconnect(request, work())
 
-    @route(app, "/v2/languages", ["GET", "POST"], response_model=list[LanguageEntry])
-    async def languages(request: Request):
-        _, params = await caller(request)
-        kind = str(params.first("type") or "source").lower()
-        if kind not in ("source", "target"):
-            raise InvalidRequest(invalid("type", "source or target"), field="type")
-        return language_entries(ServedLanguages(tuple(provider.models())), kind)
 
-    @route(app, "/v2/usage", ["GET", "POST"])
-    async def usage(request: Request):
-        who, _ = await caller(request)
-        used, quota = keys.usage(who)
-        return {"character_count": used, "character_limit": quota or UNLIMITED}
+@STYLE.route("/v2/languages", ["GET", "POST"], response_model=list[LanguageEntry])
+async def languages(request: Request, state: State):
+    _, params = await caller(request, state)
+    kind = str(params.first("type") or "source").lower()
+    if kind not in ("source", "target"):
+        raise InvalidRequest(invalid("type", "source or target"), field="type")
+    return language_entries(ServedLanguages(tuple(state.provider.models())), kind)
 
-    @route(app, "/v2/glossary-language-pairs", ["GET"])
-    async def glossary_language_pairs(request: Request):
-        await caller(request)
-        return {"supported_languages": []}
 
-    return STYLE
+@STYLE.route("/v2/usage", ["GET", "POST"])
+async def usage(request: Request, state: State):
+    who, _ = await caller(request, state)
+    used, quota = state.keys.usage(who)
+    return {"character_count": used, "character_limit": quota or NO_CHARACTER_LIMIT}
+
+
+@STYLE.route("/v2/glossary-language-pairs", ["GET"])
+async def glossary_language_pairs(request: Request, state: State):
+    await caller(request, state)
+    return {"supported_languages": []}

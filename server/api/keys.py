@@ -1,7 +1,7 @@
 """API keys, per-key request rate limits and character quotas, shared by every API (native, LibreTranslate, DeepL).
 
-A caller is its API key when keys are configured, else its client address. Counts live in memory, per ingress
-replica: with N ingress replicas a caller gets up to N times the limits, and a restart starts the counts afresh.
+A caller is its API key when keys are configured, else its client address. Counts live in memory, per HTTP
+process (replica or worker): with N ingress replicas a caller gets up to N times the limits, and a restart starts the counts afresh.
 Each API reads the key its own way and renders these errors in its own shape.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Iterable
 
-from .errors import ServerError
-from .settings import Settings
+from ..errors import ServerError
+from ..settings import Settings
 
 WINDOW_S = 60.0
 
@@ -28,6 +28,11 @@ class RateLimited(ServerError):
 
 class QuotaExceeded(ServerError):
     status, code = 403, "quota_exceeded"
+
+
+def characters(texts: Iterable[str]) -> int:
+    """What a request of texts is charged against a character quota (a file is charged its size in bytes)."""
+    return sum(map(len, texts))
 
 
 class Keys:

@@ -12,9 +12,8 @@ from functools import lru_cache
 
 from langcodes import Language
 
-from model import UnsupportedLanguage, match_language
-
 from ..domain import LanguageInfo, ModelInfo
+from ..front.languages import serves
 
 # LibreTranslate's older codes (zh was Simplified Chinese, zt Traditional, pb Brazilian Portuguese); DeepL's ZH is
 # Simplified Chinese too. Without the alias, `zh` is ambiguous on a model with both scripts.
@@ -71,13 +70,4 @@ class ServedLanguages:
     def supports(self, requested: str, side: str) -> bool:
         """Whether some served model has `requested` as a source (side "source") or target language."""
         code = canonical(requested)
-        for info in self.models:
-            langs = info.source_languages if side == "source" else info.target_languages
-            if not langs and side == "source":  # a model that declares no source languages takes any
-                return True
-            try:
-                match_language(code, [lang.code for lang in langs], side)
-            except UnsupportedLanguage:
-                continue
-            return True
-        return False
+        return any(serves(info.codes(side), code, side) for info in self.models)

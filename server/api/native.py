@@ -1,29 +1,30 @@
 """The native /v1 API: its schemas mapped onto domain jobs, and domain results back onto its responses."""
 
-# No `from __future__ import annotations`: the routes' body types are built from the settings at run time and
-# FastAPI must see them as objects, not as names to resolve.
+# No `from __future__ import annotations`: FastAPI reads the handlers' annotations as objects.
+import inspect
 from pathlib import PurePath
 from typing import Callable
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import dispatch
-from .domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
-                     TranslationResult)
-from .errors import BadBody, InvalidRequest, ServerError
+from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
+                      TranslationResult)
+from ..errors import BadBody, InvalidRequest, ServerError
+from ..front import dispatch
+from ..settings import Settings
+from .deps import Caller, State
+from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
-                      ModelList, TranslateRequest, TranslateResponse, Translation, Usage, request_schemas)
-from .settings import Settings
+                      ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import json_response, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest) -> TranslationJob:
-    options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.beam_size,
-                            length_penalty=body.length_penalty, n_best=body.n_best)
+    options = decode_options(body, num_beams=body.beam_size)
     split = body.split_sentences or ("1" if body.format == "text" else "nonewlines")
     text_options = TextOptions(format=body.format, split_sentences=split, ignore_tags=tuple(body.ignore_tags or ()),
                                non_splitting_tags=tuple(body.non_splitting_tags or ()),
@@ -37,19 +38,21 @@ def translate_response(result: TranslationResult, with_scores: bool) -> Translat
     def translation(t):
         alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in t.alternatives]
         detected = t.detected and Detected(language=t.detected.language, confidence=t.detected.confidence)
-        return Translation(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None,
+        return TranslationItem(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None,
                            detected_language=detected)
 
     return TranslateResponse(model=result.model, translations=[translation(t) for t in result.texts],
                              usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
 
 
+def decode_options(body, **renamed) -> DecodeOptions:
+    """The decoding knobs a body has under DecodeOptions' own names, and `renamed` ones (the API's name differs)."""
+    given = {name: getattr(body, name) for name in DecodeOptions.__dataclass_fields__ if name in type(body).model_fields}
+    return DecodeOptions(**given, **renamed)
+
+
 def generation_job(body: GenerateRequest) -> GenerationJob:
-    options = DecodeOptions(max_new_tokens=body.max_new_tokens, num_beams=body.num_beams,
-                            length_penalty=body.length_penalty, temperature=body.temperature, top_k=body.top_k,
-                            top_p=body.top_p, seed=body.seed, repetition_penalty=body.repetition_penalty,
-                            no_repeat_ngram_size=body.no_repeat_ngram_size, min_new_tokens=body.min_new_tokens)
-    return GenerationJob(text=body.text, options=options, stop=tuple(body.stop or ()), source_lang=body.source_lang,
+    return GenerationJob(text=body.text, options=decode_options(body), stop=tuple(body.stop or ()), source_lang=body.source_lang,
                          target_lang=body.target_lang)
 
 
@@ -82,76 +85,100 @@ def _form_text(form, name: str, max_length: int = 200) -> str | None:
     return value or None
 
 
-def add_native_routes(app: FastAPI, provider, authorize: Callable | None, settings: Settings) -> None:
-    """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware)."""
-    router = app.router
-    TranslateBody, GenerateBody = request_schemas(settings)
-    guarded = dict(dependencies=[Depends(authorize)] if authorize else [])
+async def translate(body: TranslateRequest, request: Request, state: State, caller: Caller):
+    async def work():
+        with state.keys.spending(caller, characters(body.text)):
+            result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False)
+        return json_response(translate_response(result, body.return_scores))
 
-    @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, **guarded)
-    async def translate(body: TranslateBody, request: Request):
+    return await until_disconnect(request, work())
+
+
+async def translate_file(request: Request, state: State, caller: Caller):
+    """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
+    try:
+        form = await request.form()
+    except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
+        raise BadBody(f"the body is not a valid multipart form: {e.detail}", field="body") from None
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise InvalidRequest("file: a multipart file field is required", field="file")
+    fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
+    name = PurePath(upload.filename or "file")
+    data = await upload.read()
+
+    async def work():
+        with state.keys.spending(caller, len(data)):
+            translated = await dispatch.translate_file(state.provider, data, name.suffix, **fields)
+        download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
+        return Response(translated, media_type=upload.content_type or "application/octet-stream",
+                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
+
+    return await until_disconnect(request, work())
+
+
+async def generate(body: GenerateRequest, request: Request, state: State, caller: Caller):
+    service = await state.provider.get(body.model, body.source_lang, body.target_lang)
+    job = generation_job(body)
+    if not body.stream:
         async def work():
-            result = await dispatch.translate(provider, translation_job(body), body.model, detect_missing=False)
-            return json_response(translate_response(result, body.return_scores))
-
-        return await until_disconnect(request, work())
-
-    @router.post("/v1/translate/file", **guarded, response_class=Response, openapi_extra=FILE_FORM,
-                 responses={200: {"content": {"application/octet-stream": {}}}})
-    async def translate_file(request: Request):
-        """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
-        # the form is read here, after the guard: the key check has read (and cached) the body already
-        try:
-            form = await request.form()
-        except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
-            raise BadBody(f"the body is not a valid multipart form: {e.detail}", field="body") from None
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidRequest("file: a multipart file field is required", field="file")
-        fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
-        name = PurePath(upload.filename or "file")
-
-        async def work():
-            translated = await dispatch.translate_file(provider, await upload.read(), name.suffix, **fields)
-            download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
-            return Response(translated, media_type=upload.content_type or "application/octet-stream",
-                            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
-
-        return await until_disconnect(request, work())
-
-    @router.post("/v1/generate", response_model=GenerateResponse, **guarded,
-                 responses={200: {"content": {"text/event-stream": {}}}})
-    async def generate(body: GenerateBody, request: Request):
-        service = await provider.get(body.model, body.source_lang, body.target_lang)
-        job = generation_job(body)
-        if not body.stream:
-            async def work():
+            with state.keys.spending(caller, characters([body.text])):
                 return json_response(generate_response(await service.generate(job)))
 
-            return await until_disconnect(request, work())
+        return await until_disconnect(request, work())
+    with state.keys.spending(caller, characters([body.text])):
         events = service.generate_events(job)
         first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
+    return StreamingResponse(event_stream(first, events), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-        async def stream():
-            event = first
-            try:
-                while True:
-                    if event.finish_reason is None:
-                        yield sse({"text": event.text})
-                    else:
-                        usage = {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens}
-                        yield sse({"text": "", "finish_reason": event.finish_reason, "usage": usage})
-                        yield "data: [DONE]\n\n"
-                        return
-                    event = await anext(events)
-            except ServerError as e:
-                yield sse(e.body())
-            finally:
-                await events.aclose()
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+async def event_stream(first, events):
+    """/v1/generate's server-sent events: text pieces, then the finish reason and usage, then [DONE]; an error
+    after the first event is sent as an event in the native error shape."""
+    event = first
+    try:
+        while True:
+            if event.finish_reason is None:
+                yield sse({"text": event.text})
+            else:
+                usage = {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens}
+                yield sse({"text": "", "finish_reason": event.finish_reason, "usage": usage})
+                yield "data: [DONE]\n\n"
+                return
+            event = await anext(events)
+    except ServerError as e:
+        yield sse(e.body())
+    finally:
+        await events.aclose()
 
-    @router.get("/v1/models", response_model=ModelList, **guarded)
-    async def models():
-        return ModelList(models=[model_card(info) for info in provider.models()])
+
+async def models(state: State, caller: Caller):
+    return ModelList(models=[model_card(info) for info in state.provider.models()])
+
+
+def with_body(handler: Callable, schema: type) -> Callable:
+    """`handler` with its `body` read as `schema` (the request schemas carry this server's limits, so they are
+    made when the app is)."""
+    signature = inspect.signature(handler)
+
+    async def endpoint(**kwargs):
+        return await handler(**kwargs)
+
+    endpoint.__signature__ = signature.replace(parameters=[
+        p.replace(annotation=schema) if p.name == "body" else p for p in signature.parameters.values()])
+    endpoint.__name__, endpoint.__doc__ = handler.__name__, handler.__doc__
+    return endpoint
+
+
+def add_routes(app: FastAPI, settings: Settings) -> None:
+    """The /v1 routes on `app` itself."""
+    TranslateBody, GenerateBody = request_schemas(settings)
+    add = app.router.add_api_route
+    add("/v1/translate", with_body(translate, TranslateBody), methods=["POST"], response_model=TranslateResponse,
+        response_model_exclude_none=True)
+    add("/v1/translate/file", translate_file, methods=["POST"], response_class=Response, openapi_extra=FILE_FORM,
+        responses={200: {"content": {"application/octet-stream": {}}}})
+    add("/v1/generate", with_body(generate, GenerateBody), methods=["POST"], response_model=GenerateResponse,
+        responses={200: {"content": {"text/event-stream": {}}}})
+    add("/v1/models", models, methods=["GET"], response_model=ModelList)

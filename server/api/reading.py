@@ -15,8 +15,8 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BadBody, InvalidRequest
-from ..keys import Keys
 from .errors import InvalidKey
+from .keys import Keys
 
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 Schema = TypeVar("Schema", bound=BaseModel)

@@ -6,8 +6,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, create_model, model_validator
 
-MAX_TEXT_CHARS = 20_000  # /v1/generate's text, before tokenizing (the token limit is per model)
-
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -73,7 +71,7 @@ class Detected(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
-class Translation(BaseModel):
+class TranslationItem(BaseModel):
     text: str
     score: float | None = None
     alternatives: list[Alternative] | None = None
@@ -87,12 +85,12 @@ class Usage(BaseModel):
 
 class TranslateResponse(BaseModel):
     model: str
-    translations: list[Translation]
+    translations: list[TranslationItem]
     usage: Usage
 
 
 class GenerateRequest(Strict):
-    text: str = Field(max_length=MAX_TEXT_CHARS)
+    text: str
     model: str | None = Field(None, max_length=200)
     source_lang: str | None = Field(None, max_length=32, description="for translation models, as in /v1/translate")
     target_lang: str | None = Field(None, max_length=32, description="for translation models, as in /v1/translate")
@@ -120,6 +118,7 @@ def request_schemas(settings) -> tuple[type[TranslateRequest], type[GenerateRequ
                              beam_size=(int | None, Field(None, ge=1, le=beams)),
                              n_best=(int, Field(1, ge=1, le=beams)))
     generate = create_model("GenerateRequest", __base__=GenerateRequest,
+                            text=(str, Field(max_length=settings.max_generate_chars)),
                             num_beams=(int | None, Field(None, ge=1, le=beams)))
     return translate, generate
 

@@ -1,9 +1,9 @@
-"""The engine executes a plan on the model: drop cancelled rows, encode admitted requests, one decoder step.
+"""The engine executes a plan on the model: drop cancelled rows, encode admitted sequences, one decoder step.
 
-Admitted requests are encoded in a thread of their own while the running batch takes its decoder step, and join
+Admitted sequences are encoded in a thread of their own while the running batch takes its decoder step, and join
 the batch at the next step: encoder passes for new arrivals (about half the work on short texts) no longer stall
 everyone else's decoding, and the two threads use two cores without one intra-op thread pool spinning across
-both. When nothing else is decoding, the engine waits for the encoder instead, so a lone request is not delayed.
+both. When nothing else is decoding, the engine waits for the encoder instead, so a lone sequence is not delayed.
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ class Engine:
         return self.decoder.live_rows + self.encoding_rows
 
     def execute(self, plan: Plan) -> list[StepEvent]:
-        for request in plan.cancel:
-            self.decoder.cancel(request.id)
-            self.dropped.add(request.id)
+        for sequence in plan.cancel:
+            self.decoder.cancel(sequence.id)
+            self.dropped.add(sequence.id)
         self._join()
         if plan.admit:
-            entries = [(r.id, r.source_ids, r.params) for r in plan.admit]
+            entries = [(s.id, s.source_ids, s.params) for s in plan.admit]
             self.encoding = self.encoder.submit(self.decoder.encode, entries)
-            self.encoding_rows = sum(r.rows for r in plan.admit)
+            self.encoding_rows = sum(s.rows for s in plan.admit)
             if not self.decoder.searches:  # nobody to decode meanwhile
                 self._join()
         return self.decoder.step()
 
     def beside_decoding(self, work: Callable, *args) -> Future:
         """Other torch work on this model (word alignments) in the encoder's thread: beside the decoder steps, and
-        no third thread with an OpenMP team of its own (see local.in_passing_thread)."""
+        no third thread with an OpenMP team of its own (see runtime.process.in_passing_thread)."""
         return self.encoder.submit(work, *args)
 
     def _join(self) -> None:

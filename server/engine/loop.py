@@ -2,8 +2,8 @@
 
 Outputs go back to each event loop through a Mailbox: one call_soon_threadsafe per step however many outputs
 the step made (a wake-up per output cost the event loop more than the outputs themselves). A failed step fails
-the requests in the batch (never the whole server); a delivery that fails (its event loop is gone) cancels that
-request only; a heartbeat tells readiness and health whether the loop is progressing.
+the sequences in the batch (never the whole server); a delivery that fails (its event loop is gone) cancels that
+sequence only; a heartbeat tells readiness and health whether the loop is progressing.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import weakref
 from functools import partial
 from typing import AsyncIterator, Callable
 
-from model import AlignmentInput, DecodeParams
+from model import AlignmentInput, DecodeParams, ModelBundle, word_alignments
 
+from ..errors import EngineFailed
+from ..metrics import EngineStats
+from ..settings import Settings
 from .engine import Engine
-from .errors import EngineFailed
-from .metrics import EngineStats
-from .request import ErrorOutput, Output, SeqRequest, Status, TokenOutput
 from .scheduler import Scheduler
+from .sequence import ErrorOutput, Output, Sequence, Status, TokenOutput
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,11 @@ class Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop, self.items, self.lock = loop, [], threading.Lock()
 
-    def post(self, queue: asyncio.Queue, request: SeqRequest, output: Output) -> None:
-        """(request, output) into `queue`. Thread-safe; raises RuntimeError when the event loop is closed (nothing
+    def post(self, queue: asyncio.Queue, sequence: Sequence, output: Output) -> None:
+        """(sequence, output) into `queue`. Thread-safe; raises RuntimeError when the event loop is closed (nothing
         of this post is kept)."""
         with self.lock:
-            self.items.append((queue, (request, output)))
+            self.items.append((queue, (sequence, output)))
             if len(self.items) > 1:
                 return  # a wake-up is already on its way
             try:
@@ -55,30 +56,30 @@ class Mailbox:
 
 class EngineHandle:
     """The asyncio side of one model's engine: submit sequences, await their outputs, cancel them, align words.
-    The engine runs in this process (EngineLoop) or in a process of its own (engine_process.EngineProcess)."""
+    The engine runs in this process (EngineLoop) or in a process of its own (runtime.engine_process)."""
 
     def __init__(self):
         self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
 
-    def submit(self, sources: list[tuple[list[int], DecodeParams]], group: int | None = None,
-               stream: bool = True, into: asyncio.Queue | None = None) -> list[tuple[SeqRequest, asyncio.Queue]]:
+    def submit(self, sources: list[tuple[list[int], DecodeParams]], request_id: int | None = None,
+               stream: bool = True, into: asyncio.Queue | None = None) -> list[tuple[Sequence, asyncio.Queue]]:
         """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its own (or
-        all post into `into`) that receives (request, output) pairs: every new token when `stream`, then the
-        final output. The sequences form one group (the scheduler shares rows between groups): a new one, or
-        `group` when a request submits more later."""
+        all post into `into`) that receives (sequence, output) pairs: every new token when `stream`, then the
+        final output. The sequences form one request (the scheduler shares rows between requests): a new one, or
+        `request_id` when a request submits more later."""
         loop = asyncio.get_running_loop()
         mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
         out = []
         for ids, params in sources:
-            own: asyncio.Queue[tuple[SeqRequest, Output]] = into or asyncio.Queue()
-            request = SeqRequest(ids, params, None, group=group, stream=stream)  # deliver: set below, it names it
-            request.deliver = partial(mailbox.post, own, request)
-            group = request.group  # the first one's id when no group was given
-            out.append((request, own))
-        self.add([r for r, _ in out])
+            own: asyncio.Queue[tuple[Sequence, Output]] = into or asyncio.Queue()
+            sequence = Sequence(ids, params, None, request_id=request_id, stream=stream)  # deliver: set below
+            sequence.deliver = partial(mailbox.post, own, sequence)
+            request_id = sequence.request_id  # the first one's id when none was given
+            out.append((sequence, own))
+        self.add([s for s, _ in out])
         return out
 
-    async def outputs(self, request: SeqRequest, queue: asyncio.Queue) -> AsyncIterator[Output]:
+    async def outputs(self, sequence: Sequence, queue: asyncio.Queue) -> AsyncIterator[Output]:
         """Outputs of one sequence (alone in its queue) until its final one; cancelling the consumer cancels the
         sequence."""
         try:
@@ -88,13 +89,13 @@ class EngineHandle:
                 if not isinstance(output, TokenOutput):
                     return
         finally:
-            self.cancel(request)
+            self.cancel(sequence)
 
-    def add(self, requests: list[SeqRequest]) -> None:
-        """Queue all of `requests` or none (QueueFull); thread-safe."""
+    def add(self, sequences: list[Sequence]) -> None:
+        """Queue all of `sequences` or none (QueueFull); thread-safe."""
         raise NotImplementedError
 
-    def cancel(self, *requests: SeqRequest) -> None:
+    def cancel(self, *sequences: Sequence) -> None:
         """Cancel unfinished sequences together: a request's sequences all leave before the next schedule, so
         none of its waiting ones is admitted while the others are being cancelled."""
         raise NotImplementedError
@@ -146,17 +147,17 @@ class EngineLoop(EngineHandle):
         return time.monotonic() - self.heartbeat
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def add(self, requests: list[SeqRequest]) -> None:
+    def add(self, sequences: list[Sequence]) -> None:
         with self.lock:
-            self.scheduler.add(requests)
+            self.scheduler.add(sequences)
             self._record_queues()
             self.lock.notify()
 
-    def cancel(self, *requests: SeqRequest) -> None:
+    def cancel(self, *sequences: Sequence) -> None:
         with self.lock:
-            unfinished = [r for r in requests if not r.done]
-            for request in unfinished:
-                self.scheduler.cancel(request)
+            unfinished = [s for s in sequences if not s.done]
+            for sequence in unfinished:
+                self.scheduler.cancel(sequence)
             if unfinished:
                 self._record_queues()
                 self.lock.notify()
@@ -186,20 +187,20 @@ class EngineLoop(EngineHandle):
             now = time.monotonic()
             with self.lock:
                 update = self.scheduler.update(events, now)
-                for request, output in update.outputs:
-                    self._deliver(request, output)
+                for sequence, output in update.outputs:
+                    self._deliver(sequence, output)
                 self._record_queues()
             self.stats.stepped(now - start, self.engine.rows_in_use, update, now)
             self.heartbeat = time.monotonic()
 
-    def _deliver(self, request: SeqRequest, output: Output) -> None:
-        """Hand one output to its request; if that fails (its event loop closed), cancel just that request."""
+    def _deliver(self, sequence: Sequence, output: Output) -> None:
+        """Hand one output to its sequence; if that fails (its event loop closed), cancel just that sequence."""
         try:
-            request.deliver(output)
+            sequence.deliver(output)
         except Exception:
-            log.exception("delivering to request %s failed; cancelling it", request.id)
-            if not request.done:
-                self.scheduler.cancel(request)
+            log.exception("delivering to sequence %s failed; cancelling it", sequence.id)
+            if not sequence.done:
+                self.scheduler.cancel(sequence)
 
     def _record_queues(self) -> None:
         self.stats.queues(len(self.scheduler.waiting), len(self.scheduler.running), self.engine.rows_in_use)
@@ -208,9 +209,19 @@ class EngineLoop(EngineHandle):
         self.stats.failed()
         with self.lock:
             failed = list(self.scheduler.running.values())
-            for request in failed:
-                self.scheduler.finish(request, Status.FAILED)
-                self._deliver(request, ErrorOutput(EngineFailed(f"the engine failed while decoding: {error}")))
+            for sequence in failed:
+                self.scheduler.finish(sequence, Status.FAILED)
+                self._deliver(sequence, ErrorOutput(EngineFailed(f"the engine failed while decoding: {error}")))
             self.engine.reset()
             self._record_queues()
         self.heartbeat = time.monotonic()
+
+
+def start_engine_loop(bundle: ModelBundle, settings: Settings, stats: EngineStats,
+                      max_waiting: int | None) -> EngineLoop:
+    """The model's engine loop in this process; `settings` limited to the model (front.registry.model_limits);
+    `max_waiting` sequences may wait (None: the caller counts them)."""
+    engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
+                    static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
+    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, max_waiting, settings.max_request_share)
+    return EngineLoop(engine, scheduler, stats, partial(word_alignments, bundle)).start()

@@ -1,9 +1,9 @@
-"""The scheduler decides each step which waiting requests join the running batch, and what a step's results
-mean for each request. It holds no tensors and imports neither torch nor FastAPI.
+"""The scheduler decides each step which waiting sequences join the running batch, and what a step's results
+mean for each sequence. It holds no tensors and imports neither torch nor FastAPI.
 
-Contract (after vLLM's): `schedule()` → Plan (requests to admit, running requests to drop); the engine
-executes the plan and one decoder step; `update(events, now)` turns the step's events into per-request
-outputs (tokens, finished hypotheses) and retires finished requests.
+Contract (after vLLM's): `schedule()` → Plan (sequences to admit, running sequences to drop); the engine
+executes the plan and one decoder step; `update(events, now)` turns the step's events into per-sequence
+outputs (tokens, finished hypotheses) and retires finished sequences.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Hashable, Protocol
 
-from .errors import QueueFull
-from .request import FinalOutput, Output, SeqRequest, Status, TokenOutput
+from ..errors import QueueFull
+from .sequence import FinalOutput, Output, Sequence, Status, TokenOutput
 
 
 class StepEvent(Protocol):
-    """What the engine reports per request after a step (model.StepEvent has this shape)."""
+    """What the engine reports per sequence after a step (model.StepEvent has this shape)."""
 
     key: Hashable
     new_token: int | None
@@ -26,27 +26,29 @@ class StepEvent(Protocol):
 
 @dataclass
 class Plan:
-    admit: list[SeqRequest] = field(default_factory=list)
-    cancel: list[SeqRequest] = field(default_factory=list)
+    admit: list[Sequence] = field(default_factory=list)
+    cancel: list[Sequence] = field(default_factory=list)
 
 
 @dataclass
 class Update:
-    """What one step produced: outputs to deliver, requests that took their first step, requests finished."""
+    """What one step produced: outputs to deliver, sequences that took their first step, sequences finished."""
 
-    outputs: list[tuple[SeqRequest, Output]] = field(default_factory=list)
-    first_step: list[SeqRequest] = field(default_factory=list)
-    finished: list[SeqRequest] = field(default_factory=list)
+    outputs: list[tuple[Sequence, Output]] = field(default_factory=list)
+    first_step: list[Sequence] = field(default_factory=list)
+    finished: list[Sequence] = field(default_factory=list)
 
 
 class Scheduler:
-    def __init__(self, max_rows: int, max_batch_tokens: int, max_queued: int, max_request_share: float = 1.0):
-        self.max_rows, self.max_batch_tokens, self.max_queued = max_rows, max_batch_tokens, max_queued
-        # rows one request (a group: a document's sentences) may hold while other requests hold rows too
+    def __init__(self, max_rows: int, max_batch_tokens: int, max_waiting: int | None,
+                 max_request_share: float = 1.0):
+        """`max_waiting`: sequences that may wait (None: no limit here, the caller counts them)."""
+        self.max_rows, self.max_batch_tokens, self.max_waiting = max_rows, max_batch_tokens, max_waiting
+        # rows one request (its sequences: a document's sentences) may hold while other requests hold rows too
         self.shared_cap = max(1, int(max_rows * max_request_share))
-        self.waiting: deque[SeqRequest] = deque()
-        self.running: dict[int, SeqRequest] = {}
-        self.to_cancel: list[SeqRequest] = []
+        self.waiting: deque[Sequence] = deque()
+        self.running: dict[int, Sequence] = {}
+        self.to_cancel: list[Sequence] = []
 
     @property
     def rows_in_use(self) -> int:
@@ -55,88 +57,88 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.to_cancel)
 
-    def add(self, requests: list[SeqRequest]) -> None:
-        """Queue all of `requests` or none of them."""
-        if len(self.waiting) + len(requests) > self.max_queued:
-            raise QueueFull(f"the queue holds {len(self.waiting)} waiting sequences; at most {self.max_queued}",
-                            limit=self.max_queued)
-        self.waiting.extend(requests)
+    def add(self, sequences: list[Sequence]) -> None:
+        """Queue all of `sequences` or none of them."""
+        limit = self.max_waiting
+        if limit is not None and len(self.waiting) + len(sequences) > limit:
+            raise QueueFull(f"the queue holds {len(self.waiting)} waiting sequences; at most {limit}", limit=limit)
+        self.waiting.extend(sequences)
 
-    def cancel(self, request: SeqRequest) -> None:
-        if request.status == Status.WAITING:
-            self.waiting.remove(request)
-            request.status = Status.CANCELLED
-        elif request.status == Status.RUNNING and request not in self.to_cancel:
-            self.to_cancel.append(request)
+    def cancel(self, sequence: Sequence) -> None:
+        if sequence.status == Status.WAITING:
+            self.waiting.remove(sequence)
+            sequence.status = Status.CANCELLED
+        elif sequence.status == Status.RUNNING and sequence not in self.to_cancel:
+            self.to_cancel.append(sequence)
 
     def schedule(self) -> Plan:
-        """Admit while rows and the padded encoder batch (group size × longest source) fit. Next in line is the
-        oldest waiting sequence of the group (request) holding the fewest rows, so a one-sentence request that
-        arrives while a document fills the batch takes the first row that frees; within a group, first come
-        first served. While other requests hold rows, a request that holds rows already grows only up to its share
+        """Admit while rows and the padded encoder batch (sequences × longest source) fit. Next in line is the
+        oldest waiting sequence of the request holding the fewest rows, so a one-sentence request that arrives
+        while a document fills the batch takes the first row that frees; within a request, first come first
+        served. While other requests hold rows, a request that holds rows already grows only up to its share
         (`max_request_share` of the rows): a document then leaves the batch small enough for the others' steps to
         stay fast (alone, it takes every row). Admission stops at the first sequence that does not fit: nothing
         skips ahead of it."""
-        # A request may have finished in the step during which it was cancelled: nothing left to drop.
-        plan = Plan(cancel=[r for r in self.to_cancel if self.running.pop(r.id, None) is not None])
+        # A sequence may have finished in the step during which it was cancelled: nothing left to drop.
+        plan = Plan(cancel=[s for s in self.to_cancel if self.running.pop(s.id, None) is not None])
         self.to_cancel = []
-        for request in plan.cancel:
-            request.status = Status.CANCELLED
+        for sequence in plan.cancel:
+            sequence.status = Status.CANCELLED
         held = Counter()
-        for request in self.running.values():
-            held[request.group] += request.rows
+        for sequence in self.running.values():
+            held[sequence.request_id] += sequence.rows
         free_rows = self.max_rows - sum(held.values())
         longest = 0
         while self.waiting:
-            request = self._least_served(held)
-            padded = (len(plan.admit) + 1) * max(longest, len(request.source_ids))
-            if request.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
+            sequence = self._least_served(held)
+            padded = (len(plan.admit) + 1) * max(longest, len(sequence.source_ids))
+            if sequence.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
                 break
-            own = held[request.group]
-            if own and own + request.rows > self.shared_cap and sum(held.values()) > own:
+            own = held[sequence.request_id]
+            if own and own + sequence.rows > self.shared_cap and sum(held.values()) > own:
                 break  # at its share while others decode (least served first: nobody else waiting holds fewer)
-            self.waiting.remove(request)
-            plan.admit.append(request)
-            free_rows -= request.rows
-            held[request.group] += request.rows
-            longest = max(longest, len(request.source_ids))
-            request.status = Status.RUNNING
-            self.running[request.id] = request
+            self.waiting.remove(sequence)
+            plan.admit.append(sequence)
+            free_rows -= sequence.rows
+            held[sequence.request_id] += sequence.rows
+            longest = max(longest, len(sequence.source_ids))
+            sequence.status = Status.RUNNING
+            self.running[sequence.id] = sequence
         return plan
 
-    def _least_served(self, held: Counter) -> SeqRequest:
-        """The oldest waiting sequence of the group holding the fewest rows (the oldest group on a tie)."""
+    def _least_served(self, held: Counter) -> Sequence:
+        """The oldest waiting sequence of the request holding the fewest rows (the oldest request on a tie)."""
         best, seen = None, set()
-        for request in self.waiting:
-            if request.group in seen:
+        for sequence in self.waiting:
+            if sequence.request_id in seen:
                 continue
-            seen.add(request.group)
-            if best is None or held[request.group] < held[best.group]:
-                best = request
-                if held[best.group] == 0:
+            seen.add(sequence.request_id)
+            if best is None or held[sequence.request_id] < held[best.request_id]:
+                best = sequence
+                if held[best.request_id] == 0:
                     break  # nobody holds fewer
         return best
 
     def update(self, events: list[StepEvent], now: float) -> Update:
-        """A step's events → outputs per request; finished requests leave `running`."""
+        """A step's events → outputs per sequence; finished sequences leave `running`."""
         update = Update()
         for event in events:
-            request = self.running.get(event.key)
-            if request is None:  # cancelled while the step ran
+            sequence = self.running.get(event.key)
+            if sequence is None:  # cancelled while the step ran
                 continue
-            if request.first_token_at is None:
-                request.first_token_at = now
-                update.first_step.append(request)
-            request.steps += 1
-            if event.new_token is not None and request.stream:
-                update.outputs.append((request, TokenOutput(event.new_token)))
+            if sequence.first_token_at is None:
+                sequence.first_token_at = now
+                update.first_step.append(sequence)
+            sequence.steps += 1
+            if event.new_token is not None and sequence.stream:
+                update.outputs.append((sequence, TokenOutput(event.new_token)))
             if event.results is not None:
-                self.finish(request)
-                request.output_tokens = len(event.results[0].token_ids)
-                update.finished.append(request)
-                update.outputs.append((request, FinalOutput(event.results)))
+                self.finish(sequence)
+                sequence.output_tokens = len(event.results[0].token_ids)
+                update.finished.append(sequence)
+                update.outputs.append((sequence, FinalOutput(event.results)))
         return update
 
-    def finish(self, request: SeqRequest, status: Status = Status.FINISHED) -> None:
-        self.running.pop(request.id, None)
-        request.status = status
+    def finish(self, sequence: Sequence, status: Status = Status.FINISHED) -> None:
+        self.running.pop(sequence.id, None)
+        sequence.status = status

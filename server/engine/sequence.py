@@ -1,4 +1,6 @@
-"""Per-request state shared by the scheduler, the engine loop and the HTTP side."""
+"""Per-sequence state shared by the scheduler, the engine loop and the service: one source sequence to decode,
+its status and its timings. A request (a text cut into sentences, a list of texts) is one or more sequences that
+share a `request_id`."""
 
 from __future__ import annotations
 
@@ -41,14 +43,14 @@ Output = TokenOutput | FinalOutput | ErrorOutput
 
 
 @dataclass(eq=False)
-class SeqRequest:
+class Sequence:
     """One source sequence to decode. `deliver` is called from the engine thread and must be thread-safe."""
 
     source_ids: list[int]
     params: DecodeParams
     deliver: Callable[[Output], None]
     id: int = field(default_factory=lambda: next(_ids))
-    group: int | None = None  # the request this sequence belongs to (its sentences share one); None: its own id
+    request_id: int | None = None  # the request this sequence belongs to (its sentences share one); None: its own id
     stream: bool = True  # deliver each new token (streaming, stop strings); False: only the final output
     status: Status = Status.WAITING
     arrived_at: float = field(default_factory=time.monotonic)
@@ -57,8 +59,8 @@ class SeqRequest:
     output_tokens: int = 0  # set when finished: tokens of the best hypothesis (see README "output tokens")
 
     def __post_init__(self):
-        if self.group is None:
-            self.group = self.id
+        if self.request_id is None:
+            self.request_id = self.id
 
     @property
     def rows(self) -> int:

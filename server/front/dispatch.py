@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import (FileError, MarkupError, UnsupportedLanguage, detect_language, detectable, match_language, read_file,
-                   text_content)
+from model import FileError, MarkupError, detect_language, detectable, read_file, text_content
 
-from .domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
-from .errors import BadBody, InvalidRequest
+from ..domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
+from ..errors import BadBody, InvalidRequest
+from .languages import serves
+from .provider import ModelProvider
 
 AUTO = "auto"
 
@@ -31,22 +32,14 @@ def is_auto(source_lang: str | None, detect_missing: bool = True) -> bool:
     return source_lang.strip().lower() == AUTO
 
 
-def _translates_into(info: ModelInfo, target_lang: str) -> bool:
-    try:
-        match_language(target_lang, [lang.code for lang in info.target_languages], "target_lang")
-    except UnsupportedLanguage:
-        return False
-    return True
-
-
-def _candidates(provider, model: str | None, target_lang: str | None, everything: bool) -> list[ModelInfo]:
+def _candidates(provider: ModelProvider, model: str | None, target_lang: str | None, everything: bool) -> list[ModelInfo]:
     """The models a text may go to: the one named; else those translating into the target; else (no target)
     the default model when translating (`everything` False) or every model when only detecting."""
     infos = provider.models()
     if model is not None:
         return [info for info in infos if info.id == model]
     if target_lang is not None:
-        return [info for info in infos if _translates_into(info, target_lang)] or infos[:1]
+        return [info for info in infos if serves(info.codes("target"), target_lang, "target")] or infos[:1]
     return infos if everything else infos[:1]
 
 
@@ -66,15 +59,20 @@ def _readable(text: str, field: str, markup: str) -> str:
         raise BadBody(f"{field}: {e}", field=field) from None
 
 
-def detect(provider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
+def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
     """The served source languages (of the models translating into `target_lang`, if given) ranked for `text`,
     best first, confidences 0..1."""
     return _ranked(text, _source_languages(_candidates(provider, None, target_lang, everything=True)))
 
 
-async def translate(provider, job: TranslationJob, model: str | None = None, *,
+async def translate(provider: ModelProvider, job: TranslationJob, model: str | None = None, *,
                     detect_missing: bool = True) -> TranslationResult:
-    """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects)."""
+    """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
+    Every translation passes here: the number of texts is checked here, once."""
+    limit = provider.settings.max_texts
+    if len(job.texts) > limit:
+        raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {limit}", field=job.texts_field,
+                             limit=limit)
     if not is_auto(job.source_lang, detect_missing):
         return await (await provider.get(model, job.source_lang, job.target_lang)).translate(job)
     candidates = _candidates(provider, model, job.target_lang, everything=False)
@@ -84,16 +82,12 @@ async def translate(provider, job: TranslationJob, model: str | None = None, *,
         certain = DetectedLanguage(languages[0], 1.0) if languages else None
         return replace(result, texts=tuple(t if not text.strip() else replace(t, detected=certain)
                                            for t, text in zip(result.texts, job.texts)))
-    max_texts = min((info.max_texts for info in candidates), default=len(job.texts))
-    if len(job.texts) > max_texts:  # each group's model checks its own part; the whole list is checked here
-        raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {max_texts}",
-                             field=job.texts_field, limit=max_texts)
     detected = [_ranked(_readable(text, name, job.text_options.format), languages)[0] if text.strip() else None
                 for text, name in zip(job.texts, job.fields)]
     return await _translate_groups(provider, model, job, detected)
 
 
-async def _translate_groups(provider, model: str | None, job: TranslationJob,
+async def _translate_groups(provider: ModelProvider, model: str | None, job: TranslationJob,
                             detected: list[DetectedLanguage | None]) -> TranslationResult:
     """One job per detected language (empty texts ride with the first), run concurrently, merged in order."""
     groups: dict[str | None, list[int]] = {}
@@ -129,7 +123,7 @@ async def _translate_groups(provider, model: str | None, job: TranslationJob,
                              output_tokens=sum(r.output_tokens for r in results))
 
 
-async def translate_file(provider, data: bytes, suffix: str, source_lang: str | None, target_lang: str | None,
+async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None, target_lang: str | None,
                          model: str | None = None) -> bytes:
     """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind. Its texts
     (cues, paragraphs) go as jobs of at most the models' max_texts each, concurrently. A damaged or unsupported
@@ -142,7 +136,7 @@ async def translate_file(provider, data: bytes, suffix: str, source_lang: str | 
         return parsed.write([])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags)
-    size = min(info.max_texts for info in provider.models())
+    size = provider.settings.max_texts
     chunks = [range(start, min(start + size, len(parsed.texts))) for start in range(0, len(parsed.texts), size)]
     jobs = [TranslationJob(texts=tuple(parsed.texts[i] for i in chunk), fields=tuple(f"file[{i}]" for i in chunk),
                            source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)

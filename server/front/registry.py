@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import UnsupportedLanguage, demo_model_dir, iso_code, load, match_language, new_tokens_within
+from model import demo_model_dir, iso_code, load, new_tokens_within
 
-from .domain import LanguageInfo, ModelInfo
-from .errors import UnknownModel
-from .settings import Settings
+from ..domain import LanguageInfo, ModelInfo
+from ..errors import UnknownModel
+from ..settings import Settings
+from .languages import serves
 
 DEMO_MODEL_NAME = "demo-numbers"
 
@@ -34,13 +35,8 @@ class ModelEntry:
         return max(len(self.source_langs), 1) * max(len(self.target_langs), 1)
 
     def serves(self, source_lang: str | None, target_lang: str) -> bool:
-        try:
-            match_language(target_lang, self.target_langs, "target_lang")
-            if source_lang is not None and self.source_langs:
-                match_language(source_lang, self.source_langs, "source_lang")
-        except UnsupportedLanguage:
-            return False
-        return True
+        return serves(self.target_langs, target_lang, "target") and (
+            source_lang is None or serves(self.source_langs, source_lang, "source"))
 
 
 def describe(name: str, path: Path) -> ModelEntry:

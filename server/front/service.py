@@ -1,48 +1,32 @@
-"""One served model: validates and tokenizes domain jobs, submits them to its engine loop, assembles results."""
+"""One served model: validates and tokenizes domain jobs, submits them to its engine, assembles results."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from functools import partial
 from typing import AsyncIterator
 
-from model import (AlignmentInput, DecodeParams, Document, Hypothesis, MarkupError, ModelBundle, Source,
-                   UnsupportedLanguage, iso_code, marked_units, prepare, word_alignments)
+from model import (AlignmentInput, DecodeParams, Document, Documents, Hypothesis, MarkupError, ModelBundle, Source,
+                   UnsupportedLanguage, iso_code, prepare)
 
+from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
+                      TranslatedText, TranslationJob, TranslationResult)
+from ..engine.loop import EngineHandle
+from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
+from ..errors import BadBody, InvalidRequest, QueueFull, RequestTimeout
+from ..settings import Settings
 from .detokenize import IncrementalDetokenizer
-from .domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
-                     TranslatedText, TranslationJob, TranslationResult)
-from .engine import Engine
-from .errors import BadBody, InvalidRequest, QueueFull, RequestTimeout
-from .loop import EngineHandle, EngineLoop
-from .metrics import EngineStats
-from .registry import model_limits
-from .request import ErrorOutput, FinalOutput, TokenOutput
-from .scheduler import Scheduler
-from .settings import Settings
-
-
-def start_engine_loop(bundle: ModelBundle, settings: Settings, stats: EngineStats) -> EngineLoop:
-    """The model's engine loop in this process; `settings` limited to the model (registry.model_limits)."""
-    engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
-                    static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
-    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, settings.max_queued_requests,
-                          settings.max_request_share)
-    return EngineLoop(engine, scheduler, stats, partial(word_alignments, bundle)).start()
 
 
 class ModelService:
-    """`loop`: the model's engine when it runs elsewhere (an EngineProcess; `bundle` then needs no weights);
-    None: an engine loop in this process over `bundle.network`."""
+    """`limits`: the server's settings limited to the model (registry.model_limits). `engine`: the model's engine,
+    in this process or in one of its own (`bundle` then needs no weights)."""
 
-    def __init__(self, name: str, bundle: ModelBundle, settings: Settings, loop: EngineHandle | None = None):
-        self.name, self.bundle = name, bundle
-        self.settings = model_limits(settings, bundle.max_positions)
-        self.loop = loop or start_engine_loop(bundle, self.settings, EngineStats(name))
+    def __init__(self, name: str, bundle: ModelBundle, limits: Settings, engine: EngineHandle):
+        self.name, self.bundle, self.settings, self.engine = name, bundle, limits, engine
 
     def close(self) -> None:
-        self.loop.stop()
+        self.engine.stop()
 
     # ---- validation: every limit is checked before anything is queued -----------------------------------
     def _languages(self, source_lang: str | None, target_lang: str | None,
@@ -65,52 +49,42 @@ class ModelService:
         return sources
 
     def _params(self, options: DecodeOptions, beams_field: str) -> DecodeParams:
-        s, generation = self.settings, self.bundle.generation
+        """The request's choices over the model's defaults (ModelBundle.decode_params), within the server's limits:
+        a choice above a limit is refused, a model default above one is lowered to it."""
+        s, choices = self.settings, options.choices()
         if options.max_new_tokens is not None and options.max_new_tokens > s.max_new_tokens:
             raise InvalidRequest(f"max_new_tokens {options.max_new_tokens} is above the limit {s.max_new_tokens}",
                                  field="max_new_tokens", limit=s.max_new_tokens)
-        num_beams, beams_limit = options.num_beams, s.beam_limit
-        if num_beams is not None and num_beams > beams_limit:
-            raise InvalidRequest(f"{beams_field} {num_beams} is above the limit {beams_limit}", field=beams_field,
-                                 limit=beams_limit)
-        knobs = options.sampling_knobs
-        overrides = dict(knobs, do_sample=True) if knobs else {}
-        sampling = overrides.get("do_sample", generation.do_sample)
-        if sampling and num_beams not in (None, 1):
+        if options.num_beams is not None and options.num_beams > s.beam_limit:
+            raise InvalidRequest(f"{beams_field} {options.num_beams} is above the limit {s.beam_limit}",
+                                 field=beams_field, limit=s.beam_limit)
+        if options.num_beams not in (None, 1) and self.bundle.samples(choices):
             raise InvalidRequest("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam",
                                  field=beams_field, limit=1)
-        # Model defaults (generation_config.json) above the server's limits are clamped to them.
-        beams = min(num_beams or (1 if sampling else generation.num_beams), beams_limit)
+        params = self.bundle.decode_params(**{**choices, "num_return_sequences": 1})
+        beams = min(params.num_beams, s.beam_limit)
         if options.n_best > beams:
             raise InvalidRequest(f"n_best {options.n_best} exceeds the number of beams {beams}", field="n_best",
                                  limit=beams)
-        for rule in ("length_penalty", "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens"):
-            if getattr(options, rule) is not None:
-                overrides[rule] = getattr(options, rule)
-        params = self.bundle.decode_params(beam_size=beams, max_new_tokens=options.max_new_tokens,
-                                           n_best=options.n_best, **overrides)
-        return replace(params, max_new_tokens=min(params.max_new_tokens, s.max_new_tokens))
+        return replace(params, num_beams=beams, num_return_sequences=options.n_best,
+                       max_new_tokens=min(params.max_new_tokens, s.max_new_tokens))
 
     # ---- translation -------------------------------------------------------------------------------------
     async def translate(self, job: TranslationJob) -> TranslationResult:
         """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
-        running batch, and each text is rebuilt from its sentences' translations."""
-        if len(job.texts) > self.settings.max_texts:
-            raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {self.settings.max_texts}",
-                                 field=job.texts_field, limit=self.settings.max_texts)
+        running batch, and each text is rebuilt from its sentences' translations. (The number of texts is checked
+        by front.dispatch, which every job passes.)"""
         source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
         params = self._params(job.options, job.beams_field)
         encoded: dict[str, Source] = {}  # sentences tokenized while cutting the texts, not tokenized again
-        documents = [self._document(text, name, job.text_options, source_lang, target_lang, encoded)
-                     for text, name in zip(job.texts, job.fields)]
-        owners = [i for i, document in enumerate(documents) for _ in document.units]
-        sources = self._sources(tuple(u for d in documents for u in d.units), tuple(job.fields[i] for i in owners),
-                                source_lang, target_lang, encoded)
+        documents = Documents([self._document(text, name, job.text_options, source_lang, target_lang, encoded)
+                               for text, name in zip(job.texts, job.fields)])
+        fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
+        sources = self._sources(tuple(documents.units), tuple(fields), source_lang, target_lang, encoded)
         finals = await self._run_all(sources, params)
         alignments = await self._alignments(documents, sources, finals)
-        best, aligned = iter(finals), iter(alignments)
-        texts = [self._translated(document, [next(best) for _ in document.units],
-                                  [next(aligned) for _ in document.units]) for document in documents]
+        rendered = documents.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
+        texts = [self._translated(text, hyps) for text, hyps in zip(rendered, documents.per_document(finals))]
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
@@ -135,24 +109,20 @@ class ModelService:
         except ValueError as e:  # an unknown format or split mode
             raise InvalidRequest(str(e), field=field) from None
 
-    async def _alignments(self, documents: list[Document], sources: list[Source],
-                          finals: list[list[Hypothesis]]) -> list:
-        """Word alignments (cross-attention) of the units with inline marks, None for the others: a torch pass,
-        beside the engine's decoding."""
-        alignments = [None] * len(sources)
-        marked = marked_units(documents)
-        if marked:
-            units = [unit for document in documents for unit in document.units]
-            inputs = [AlignmentInput(units[i], sources[i].ids, finals[i][0].token_ids) for i in marked]
-            for i, alignment in zip(marked, await self.loop.align(inputs)):
-                alignments[i] = alignment
-        return alignments
+    async def _alignments(self, documents: Documents, sources: list[Source],
+                          finals: list[list[Hypothesis]]) -> dict:
+        """Word alignments (cross-attention) of the units with inline marks, by unit index: a torch pass, beside
+        the engine's decoding."""
+        marked = documents.marked_units()
+        if not marked:
+            return {}
+        units = documents.units
+        inputs = [AlignmentInput(units[i], sources[i].ids, finals[i][0].token_ids) for i in marked]
+        return dict(zip(marked, await self.engine.align(inputs)))
 
-    def _translated(self, document: Document, hyps: list[list[Hypothesis]], alignments: list) -> TranslatedText:
-        """The text rebuilt from its units' best translations, inline marks placed by their alignments; its score
-        is their mean. Alternatives exist only for a text of one unit (n-best lists of several sentences do not
-        combine)."""
-        text = document.render([self.bundle.decode(h[0].token_ids) for h in hyps], alignments)
+    def _translated(self, text: str, hyps: list[list[Hypothesis]]) -> TranslatedText:
+        """A rebuilt text with its score, the mean of its units' best; alternatives exist only for a text of one
+        unit (n-best lists of several sentences do not combine)."""
         if not hyps:
             return TranslatedText(text=text, score=None)
         alternatives = () if len(hyps) > 1 else tuple(Candidate(self.bundle.decode(h.token_ids), h.score)
@@ -161,36 +131,35 @@ class ModelService:
 
     async def _run_all(self, sources: list[Source], params: DecodeParams) -> list[list[Hypothesis]]:
         """Decode every source; a long document enters the engine a window at a time (twice the batch rows, so
-        rows never wait for the event loop), all its sequences in one scheduler group, their final outputs in
-        one queue."""
+        rows never wait for the event loop), all its sequences one request to the scheduler, their final outputs
+        in one queue."""
         results: list[list[Hypothesis] | None] = [None] * len(sources)
         window = 2 * self.settings.max_batch_rows
-        finals: asyncio.Queue = asyncio.Queue()  # (request, its final output), from every window
-        unfinished, group, next_source = {}, None, 0  # unfinished: request → its source's index
+        finals: asyncio.Queue = asyncio.Queue()  # (sequence, its final output), from every window
+        unfinished, request_id, next_source = {}, None, 0  # unfinished: sequence → its source's index
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 while next_source < len(sources) or unfinished:
                     batch = sources[next_source:next_source + window - len(unfinished)]
                     try:
-                        added = self.loop.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
-                                                  for s in batch], group, stream=False, into=finals) if batch else []
+                        added = self.engine.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
+                                                    for s in batch], request_id, stream=False, into=finals) if batch else []
                     except QueueFull:
                         if not unfinished:
                             raise
                         added = []  # others' requests fill the queue: retry when one of ours finishes
-                    for request, _ in added:
-                        unfinished[request] = next_source
-                        group, next_source = request.group, next_source + 1
-                    request, output = await finals.get()  # final outputs only (stream=False)
+                    for sequence, _ in added:
+                        unfinished[sequence] = next_source
+                        request_id, next_source = sequence.request_id, next_source + 1
+                    sequence, output = await finals.get()  # final outputs only (stream=False)
                     if isinstance(output, ErrorOutput):
                         raise output.error
-                    results[unfinished.pop(request)] = output.hypotheses
+                    results[unfinished.pop(sequence)] = output.hypotheses
             return results
         except TimeoutError:
-            raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
-                                 limit=self.settings.request_timeout_s) from None
+            raise self._timed_out() from None
         finally:
-            self.loop.cancel(*unfinished)  # all at once: none of them admitted while the others leave
+            self.engine.cancel(*unfinished)  # all at once: none of them admitted while the others leave
 
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
@@ -198,19 +167,18 @@ class ModelService:
         params = self._params(job.options, job.beams_field)
         source_lang, target_lang = self._languages(job.source_lang, job.target_lang, translating=False)
         source, = self._sources((job.text,), ("text",), source_lang, target_lang)
-        (request, queue), = self.loop.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
+        (sequence, queue), = self.engine.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)
         stops = [s for s in job.stop if s]
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
-        outputs = self.loop.outputs(request, queue)
+        outputs = self.engine.outputs(sequence, queue)
         try:
             while True:
                 remaining = deadline - asyncio.get_running_loop().time()
                 try:
                     output = await asyncio.wait_for(anext(outputs), max(remaining, 0.001))
                 except asyncio.TimeoutError:
-                    raise RequestTimeout(f"the request took longer than {self.settings.request_timeout_s} s",
-                                         limit=self.settings.request_timeout_s) from None
+                    raise self._timed_out() from None
                 if isinstance(output, ErrorOutput):
                     raise output.error
                 if isinstance(output, TokenOutput):
@@ -229,6 +197,10 @@ class ModelService:
                     return
         finally:
             await outputs.aclose()
+
+    def _timed_out(self) -> RequestTimeout:
+        limit = self.settings.request_timeout_s
+        return RequestTimeout(f"the request took longer than {limit} s", limit=limit)
 
     @staticmethod
     def _cut_at_stop(text_so_far: str, piece: str, stops: list[str]) -> tuple[bool, str]:

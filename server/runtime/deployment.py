@@ -1,14 +1,14 @@
 """Ray Serve: one deployment, ModelServer, whose replicas run the FastAPI app beside their engines.
 
-    serve run server.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
-    python -m server                      # local Ray on 127.0.0.1 with the demo model (see server.ray_main)
+    serve run server.runtime.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
+    python -m server                      # local Ray on 127.0.0.1 with the demo model (see runtime.ray_main)
 
 With `replica_http` (what `python -m server` runs) each replica serves HTTP on host:port itself, on a socket
 shared with the node's other replicas through SO_REUSEPORT: no Serve proxy and no hop between processes (CPU per
 single-text request under load, loadtests.bench_serving: 4 ms so, 15 ms through Serve's proxy). Otherwise
 Serve's proxy hands each request to a replica, which serves it the same way. A request for a model this replica
 does not hold goes on, as a plain domain job, through Serve's model multiplexing to a replica that holds it or
-loads it (LRU, at most max_models_per_replica per replica), or is served right here when Serve picks this
+loads it (LRU, at most `max_models_per_replica` per replica), or is served right here when Serve picks this
 replica; each model has its own engine, so batches never mix models.
 """
 
@@ -25,17 +25,18 @@ import ray
 from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
+from ray.serve import metrics as ray_metrics
 from ray.serve.handle import DeploymentHandle
 
-from . import metrics
-from .app import create_app
-from .errors import EngineFailed, QueueFull, ServerError
+from .. import metrics
+from ..api import create_app
+from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
+from ..errors import EngineFailed, QueueFull, ServerError
+from ..front import ModelRegistry, ModelService, model_info
+from ..settings import Settings
 from .listen import reuseport_socket, uvicorn_server
-from .local import load_service, services_health, set_engine_threads
-from .domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
-from .registry import ModelRegistry, model_info
-from .service import ModelService
-from .settings import Settings
+from .local import load_service, services_health
+from .process import set_engine_threads
 
 if TYPE_CHECKING:
     from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
@@ -55,6 +56,7 @@ class LoadedModel:
 
 
 def model_server_class(max_models_per_replica: int):
+    """The deployment's class; Serve's multiplexer takes its model count when the class is made."""
     @serve.deployment(name="ModelServer", max_ongoing_requests=256, health_check_period_s=5,
                       health_check_timeout_s=10, ray_actor_options={"num_cpus": 1})
     @serve.ingress()
@@ -65,7 +67,7 @@ def model_server_class(max_models_per_replica: int):
             self.settings, self.registry = settings, registry
             self.http = None  # with replica_http: (uvicorn server, its serving task), started with the app
             if not settings.replica_http:  # a request's replica may be on any node; else each node serves its own
-                metrics.enable_ray_export()
+                metrics.enable_ray_export(ray_metrics)
             # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
             set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
             self.loaded: dict[str, ModelService] = {}
@@ -121,7 +123,7 @@ def model_server_class(max_models_per_replica: int):
         def stop_engines(self) -> None:
             """Stop every engine loop of this replica (its health check then fails and Serve replaces it)."""
             for service in self.loaded.values():
-                service.loop.stop()
+                service.engine.stop()
 
         def describe(self) -> dict:
             """Which replica and node this is, and the models it holds (most recently loaded last)."""
@@ -221,19 +223,20 @@ class ReplicaModels:
         return metrics.scrape()
 
 
-def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: int = 4, replicas: int = 1,
-          num_cpus: float = 1, num_gpus: float = 0, health_check_period_s: float = 5):
+def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0,
+          health_check_period_s: float = 5):
     """The application: ModelServer replicas (the HTTP app and the engines), with replica counts and resources
     set here (or by a config).
 
-    A replica takes the requests its engine can hold (batch rows + queue: long-running ones; beyond them the
-    engine answers 503 at once) plus room for health checks, scrapes and refusals, so those never wait behind
-    decoding work; beyond that Serve queues up to max_queued_requests (a burst briefly waits there for a
-    replica even when replicas have room), then answers 503 with Retry-After."""
-    model_server = model_server_class(max_models_per_replica).options(
+    Serve counts requests, the engine sequences; a request is one sequence at least, so a replica takes the
+    requests its engine can hold (batch rows + waiting sequences; beyond them the engine answers 503 at once) plus
+    room for health checks, scrapes and refusals, so those never wait behind decoding work; beyond that Serve
+    queues as many (a burst briefly waits there for a replica even when replicas have room), then answers 503
+    with Retry-After."""
+    model_server = model_server_class(settings.max_models_per_replica).options(
         num_replicas=replicas,
-        max_ongoing_requests=settings.max_batch_rows + settings.max_queued_requests + CONTROL_REQUESTS,
-        max_queued_requests=settings.max_queued_requests + CONTROL_REQUESTS,
+        max_ongoing_requests=settings.max_batch_rows + settings.max_waiting_sequences + CONTROL_REQUESTS,
+        max_queued_requests=settings.max_waiting_sequences + CONTROL_REQUESTS,
         backpressure_config={"status_code": QueueFull.status, "retry_after_s": QueueFull.retry_after_s},
         health_check_period_s=health_check_period_s,
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
@@ -242,12 +245,11 @@ def build(settings: Settings, registry: ModelRegistry, max_models_per_replica: i
 
 
 def build_app(args: dict):
-    """`serve run server.deployment:build_app model=DIR[,DIR...] max_models_per_replica=N key=value...`;
-    other keys are Settings fields (max_batch_rows=32, device=cuda, ...). Replicas, autoscaling and resources
+    """`serve run server.runtime.deployment:build_app model=DIR[,DIR...] key=value...`; the other keys are
+    Settings fields (max_batch_rows=32, max_models_per_replica=2, device=cuda, ...). Replicas, autoscaling and resources
     come from the Serve config's `deployments:` section (see deploy/serve_config.yaml)."""
     args = dict(args)
     paths = [p for p in str(args.pop("model", "") or "").split(",") if p]
-    max_models = int(args.pop("max_models_per_replica", 4))
     num_gpus = 1 if torch.cuda.is_available() else 0
     settings = Settings.from_env(**{k: Settings.coerce(k, v) for k, v in args.items()})
-    return build(settings, ModelRegistry.from_paths(paths), max_models, num_gpus=num_gpus)
+    return build(settings, ModelRegistry.from_paths(paths), num_gpus=num_gpus)

@@ -1,10 +1,10 @@
-"""A model's engine in a process of its own (`engine_process`, the default on CPU): the HTTP side keeps the
-tokenizer, validation and detokenization; a child process loads the weights and runs the engine loop.
+"""A model's engine in a process of its own (`engine_process`, the default on CPU), the parent's side: the HTTP
+side keeps the tokenizer, validation and detokenization; a child process (engine_child) loads the weights and
+runs the engine loop.
 
 Why: in one process the event loop, the encoder thread and the decoder thread share one interpreter lock. Each
-torch op of a decoder step lets the lock go, and taking it back waits for whichever thread holds it — under HTTP
-load the demo's step took twice as long as alone (README, serving-path benchmark). In its own process the step
-contends with nothing but the encoder.
+torch op of a decoder step lets the lock go, and taking it back waits for whichever thread holds it (under HTTP
+load, loadtests/README.md). In its own process the step contends with nothing but the encoder.
 
 What crosses the pipes (pickled, batched):
   to the engine    ("submit", [(id, group, source ids, params, stream, arrived_at)]), ("cancel", [id]),
@@ -25,21 +25,17 @@ import logging
 import multiprocessing
 import threading
 import time
-from dataclasses import replace
-from functools import partial
-from multiprocessing.connection import Connection
 
 from model import AlignmentInput
 
-from .errors import EngineFailed, QueueFull
-from .loop import EngineHandle, EngineLoop
-from .metrics import EngineStats, record
-from .request import ErrorOutput, Output, SeqRequest, Status, TokenOutput
-from .settings import Settings
+from ..engine.loop import EngineHandle
+from ..engine.sequence import ErrorOutput, Output, Sequence, Status, TokenOutput
+from ..errors import EngineFailed, QueueFull
+from ..metrics import EngineStats, record
+from ..settings import Settings
+from .engine_child import serve_engine
 
 log = logging.getLogger(__name__)
-
-UNLIMITED = 2**62
 
 
 class EngineProcess(EngineHandle):
@@ -52,7 +48,7 @@ class EngineProcess(EngineHandle):
         self.stats = EngineStats(name)
         self.context = multiprocessing.get_context("spawn")
         self.lock = threading.Lock()  # requests, calls and the pipe to the engine
-        self.requests: dict[int, SeqRequest] = {}  # unfinished, by id
+        self.requests: dict[int, Sequence] = {}  # unfinished, by id
         self.calls: dict[int, asyncio.Future] = {}
         self.call_ids = itertools.count()
         self.stopping = False
@@ -85,22 +81,22 @@ class EngineProcess(EngineHandle):
             self.to_engine, self.from_engine = to_engine, from_engine
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def add(self, requests: list[SeqRequest]) -> None:
-        limit = self.settings.max_queued_requests
+    def add(self, requests: list[Sequence]) -> None:
+        limit = self.settings.max_waiting_sequences
         with self.lock:  # self.queued: the count of the engine process the sequences go to
             with self.queued.get_lock():  # never held while sending: the engine's admissions take it too
                 if self.queued.value + len(requests) > limit:
                     raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}",
                                     limit=limit)
                 self.queued.value += len(requests)
-            if not self._send(("submit", [(r.id, r.group, r.source_ids, r.params, r.stream, r.arrived_at)
+            if not self._send(("submit", [(r.id, r.request_id, r.source_ids, r.params, r.stream, r.arrived_at)
                                           for r in requests])):
                 with self.queued.get_lock():
                     self.queued.value -= len(requests)
                 raise EngineFailed("the engine process is restarting; retry shortly")
             self.requests.update((r.id, r) for r in requests)
 
-    def cancel(self, *requests: SeqRequest) -> None:
+    def cancel(self, *requests: Sequence) -> None:
         with self.lock:
             ids = [r.id for r in requests if self.requests.pop(r.id, None) is not None]
             for request in requests:
@@ -222,15 +218,6 @@ class EngineProcess(EngineHandle):
         return True
 
 
-def name_this_process(name: str) -> None:
-    """The name ps and top show for this process (Linux; elsewhere it keeps its own)."""
-    try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write(name[:15])
-    except OSError:
-        pass
-
-
 def settle(future: asyncio.Future, result, error: Exception | None) -> None:
     def set_it():
         if not future.done():
@@ -240,168 +227,3 @@ def settle(future: asyncio.Future, result, error: Exception | None) -> None:
         future.get_loop().call_soon_threadsafe(set_it)
     except RuntimeError:
         pass  # its event loop is closed
-
-
-# ---- the engine process --------------------------------------------------------------------------------------
-class Outbox:
-    """What the engine sends back, gathered between sends: a step's outputs go in one message."""
-
-    def __init__(self, conn: Connection):
-        self.conn, self.ready = conn, threading.Condition()
-        self.outputs: list[tuple[int, Output]] = []
-        self.observations: list[tuple] = []  # counters and histograms: each one counts
-        self.gauges: dict[tuple, tuple] = {}  # gauges, by metric and labels: only the last value counts
-        self.replies: list[tuple] = []
-        self.closed = False
-
-    def output(self, id: int, output: Output) -> None:
-        with self.ready:
-            self.outputs.append((id, output))
-            if len(self.outputs) == 1:
-                self.ready.notify()
-
-    def observe(self, name: str, labels: tuple[str, ...], method: str, value: float) -> None:
-        """A metric observation, sent with the next outputs (or within a quarter second)."""
-        with self.ready:
-            if method == "set":
-                self.gauges[name, labels] = (name, labels, method, value)
-            else:
-                self.observations.append((name, labels, method, value))
-
-    def reply(self, call: int, result, error: Exception | None) -> None:
-        with self.ready:
-            self.replies.append(("reply", call, result, error))
-            self.ready.notify()
-
-    def close(self) -> None:
-        with self.ready:
-            self.closed = True
-            self.ready.notify()
-
-    def send_until_closed(self, loop: EngineLoop, heartbeat) -> None:
-        """The sender thread: sends what gathered and publishes the loop's heartbeat at least every 0.25 s."""
-        while True:
-            with self.ready:
-                if not (self.outputs or self.replies or self.closed):
-                    self.ready.wait(0.25)
-                outputs, replies = self.outputs, self.replies
-                observations = self.observations + list(self.gauges.values())
-                self.outputs, self.observations, self.gauges, self.replies = [], [], {}, []
-                closed = self.closed
-            heartbeat.value = loop.heartbeat if loop.alive else -1
-            try:
-                if outputs or observations:
-                    self.conn.send(("outputs", outputs, observations))
-                for reply in replies:
-                    self.conn.send(reply)
-            except (OSError, ValueError):
-                return  # the server process is gone
-            if closed:
-                return
-
-
-class EngineSideStats(EngineStats):
-    """The engine process's metrics go to the server process; an admitted sequence leaves the shared count."""
-
-    def __init__(self, model: str, outbox: Outbox, queued):
-        super().__init__(model, outbox.observe)
-        self.queued = queued
-
-    def admitted(self, requests, now: float) -> None:
-        super().admitted(requests, now)
-        if requests:
-            with self.queued.get_lock():
-                self.queued.value -= len(requests)
-
-
-def serve_engine(path: str | None, settings: Settings, name: str, threads: int, inbox: Connection,
-                 outbox_conn: Connection, queued, heartbeat) -> None:
-    """The engine process: loads the model, then serves the server's messages until it says stop or goes away."""
-    import gc
-    import signal
-
-    import torch
-
-    from model import keep_freed_memory
-
-    from .local import in_passing_thread, load_weights
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
-    name_this_process("s2s-engine")
-    torch.set_num_threads(threads)
-    keep_freed_memory()  # before another thread allocates: then every thread allocates from the main arena
-    try:
-        bundle = in_passing_thread(partial(load_weights, path, settings))  # on the CPU: the only device here
-    except Exception as e:
-        outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
-        return
-    server = in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat))
-    gc.collect()
-    gc.freeze()  # the model and the imports live as long as the process: full collections skip them (listen.py)
-    server.serve(inbox)
-
-
-class EngineServer:
-    """The engine process's side: the model's engine loop, fed from the pipe, its outputs into the outbox."""
-
-    def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued, heartbeat):
-        from .service import start_engine_loop
-
-        self.outbox, self.queued = Outbox(outbox_conn), queued
-        # The server process counts queued sequences against the limit; here they are only kept in order.
-        self.loop = start_engine_loop(bundle, replace(settings, max_queued_requests=UNLIMITED),
-                                      EngineSideStats(name, self.outbox, queued))
-        self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.loop, heartbeat),
-                                       name="engine-outbox")
-        self.requests: dict[int, SeqRequest] = {}  # unfinished, by id
-        self.sender.start()
-        outbox_conn.send(("ready",))
-
-    def serve(self, inbox: Connection) -> None:
-        try:
-            while self.handle(inbox):
-                pass
-        except Exception:  # a bug: exit, and the server fails what this engine held and starts another
-            log.exception("the engine process failed")
-        self.loop.stop()  # after the alignments under way
-        self.outbox.close()
-        self.sender.join(10)
-
-    def handle(self, inbox: Connection) -> bool:
-        """One message; False when it is time to stop (the server said so, or is gone)."""
-        try:
-            message = inbox.recv()
-        except (EOFError, OSError):
-            return False
-        kind = message[0]
-        if kind == "submit":
-            added = [SeqRequest(ids, params, partial(self.deliver, id), id=id, group=group, stream=stream,
-                                arrived_at=arrived_at) for id, group, ids, params, stream, arrived_at in message[1]]
-            self.requests.update((r.id, r) for r in added)
-            self.loop.add(added)
-        elif kind == "cancel":
-            self.cancel(message[1])
-        elif kind == "align":
-            self.loop.engine.beside_decoding(self.align, message[1], message[2])
-        return kind != "stop"
-
-    def deliver(self, id: int, output: Output) -> None:
-        """The engine thread's delivery of one output."""
-        if not isinstance(output, TokenOutput):
-            self.requests.pop(id, None)
-        self.outbox.output(id, output)
-
-    def cancel(self, ids: list[int]) -> None:
-        with self.loop.lock:  # no admission between counting the waiting ones and cancelling them
-            cancelled = [r for r in (self.requests.pop(id, None) for id in ids) if r is not None]
-            waiting = sum(r.status == Status.WAITING for r in cancelled)
-            self.loop.cancel(*cancelled)
-        if waiting:
-            with self.queued.get_lock():
-                self.queued.value -= waiting
-
-    def align(self, call: int, inputs: list[AlignmentInput]) -> None:
-        try:
-            self.outbox.reply(call, self.loop.aligner(inputs), None)
-        except Exception as e:
-            self.outbox.reply(call, None, e)

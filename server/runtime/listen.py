@@ -12,7 +12,7 @@ import socket
 
 from fastapi import FastAPI
 
-from .settings import Settings
+from ..settings import Settings
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:

@@ -16,13 +16,13 @@ import urllib.error
 import urllib.request
 from dataclasses import replace
 
-from .settings import Settings
+from ..settings import Settings
 
 APP_NAME = "s2s"
 
 
 # Read by Serve's HTTP proxies at start, on any cluster: a request whose replica died gets a 503 (ReplicaLost).
-PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.ray_main.proxy_middlewares"}
+PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.runtime.ray_main.proxy_middlewares"}
 
 # Read by Ray at import, inherited by every process of a local instance: loopback only, and proxy checks
 # patient enough for a small busy machine (Serve restarts a proxy that is not ready within 5 s by default).
@@ -66,7 +66,7 @@ class ReplicaLost:
         if not started:
             from starlette.responses import JSONResponse
 
-            from .errors import EngineFailed
+            from ..errors import EngineFailed
 
             error = EngineFailed("the replica serving this request died; retry")
             await JSONResponse(error.body(), error.status, error.headers())(scope, receive, send)
@@ -82,7 +82,7 @@ def proxy_middlewares() -> list:
 def local_runtime_env(metrics_dir: str) -> dict:
     """The runtime_env of every Ray process this project starts locally."""
     return {"env_vars": {"PROMETHEUS_MULTIPROC_DIR": metrics_dir},
-            "worker_process_setup_hook": "server.ray_main.keep_replica_grpc_on_loopback"}
+            "worker_process_setup_hook": "server.runtime.ray_main.keep_replica_grpc_on_loopback"}
 
 
 def start_ray(address: str | None, metrics_dir: str) -> None:
@@ -140,7 +140,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         from ray import serve
 
         from .deployment import build
-        from .registry import ModelRegistry
+        from ..front import ModelRegistry
 
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -149,8 +149,8 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         serve.start(proxy_location="Disabled" if settings.replica_http else None,
                     http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
-        app = build(settings, ModelRegistry.from_paths(args.model), args.max_models_per_replica, args.replicas,
-                    num_cpus=args.replica_cpus, num_gpus=args.replica_gpus if gpu else 0)
+        app = build(settings, ModelRegistry.from_paths(args.model), args.replicas, num_cpus=args.replica_cpus,
+                    num_gpus=args.replica_gpus if gpu else 0)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
         url = f"http://{settings.host}:{settings.port}"
         ready_after = wait_ready(url, 300)
@@ -169,6 +169,5 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serve-proxy", action="store_true",
                         help="HTTP through Serve's proxies, which hand each request to a replica (by default each "
                              "replica serves HTTP on the port itself)")
-    parser.add_argument("--max-models-per-replica", type=int, default=4)
     parser.add_argument("--replica-cpus", type=float, default=1)
     parser.add_argument("--replica-gpus", type=float, default=1, help="GPUs per replica when the machine has any")

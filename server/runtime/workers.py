@@ -3,7 +3,7 @@ processes that share the port, each with its own copy of the models, engine loop
 split between them).
 
 Why workers: in one process the event loop and the engine threads share one interpreter lock and leave cores
-idle under load (README, serving-path benchmark). What is per worker, as per replica under Ray Serve: key rate
+idle under load (loadtests/README.md, serving path). What is per worker, as per replica under Ray Serve: key rate
 limits and quotas, translated files waiting for download, and each model's batch. Metrics are one scrape over
 every worker (prometheus-client's multiprocess files). A worker that dies is replaced.
 """
@@ -23,15 +23,15 @@ from multiprocessing.synchronize import Event
 from fastapi import FastAPI
 
 from .listen import reuseport_socket, uvicorn_server
-from .metrics import METRICS_DIR_ENV
-from .settings import Settings
+from ..metrics import METRICS_DIR_ENV
+from ..settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 def serve(model_paths: list[str] | None, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; the exit code."""
-    from .registry import ModelRegistry
+    from ..front import ModelRegistry
 
     names = ", ".join(ModelRegistry.from_paths(model_paths).entries)
     if settings.workers == 1:
@@ -96,7 +96,7 @@ class Supervisor:
 def run_worker(model_paths: list[str] | None, settings: Settings, started: Event) -> None:
     """One worker process on its own socket bound to the shared port: with SO_REUSEPORT the kernel spreads new
     connections over the workers' sockets (on one shared socket, whichever worker woke first took a whole burst)."""
-    from .engine_process import name_this_process
+    from .process import name_this_process
 
     name_this_process("s2s-worker")
     os.setpgrp()  # Ctrl-C reaches the supervisor only, which stops each worker once (a second signal would cut
@@ -116,9 +116,10 @@ def stop_when_orphaned(parent: int) -> None:
 
 def build_app(model_paths: list[str] | None, settings: Settings, cores: float) -> FastAPI:
     """The app over in-process models, their engines given `cores`; the engines stop when the app shuts down."""
-    from .app import create_app
-    from .local import LocalModels, set_engine_threads
-    from .registry import ModelRegistry
+    from ..api import create_app
+    from ..front import ModelRegistry
+    from .local import LocalModels
+    from .process import set_engine_threads
 
     set_engine_threads(cores, settings)
     models = LocalModels(settings, ModelRegistry.from_paths(model_paths))

@@ -1,0 +1,35 @@
+"""What the API layer asks of the models it serves, whichever process holds them: a provider of models (the
+models of this process, runtime.local.LocalModels, or of a Ray Serve deployment, runtime.deployment.ReplicaModels)
+and a served model (ModelService here, or runtime.deployment.RemoteModel forwarding to another replica)."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Protocol
+
+from ..domain import (GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob,
+                      TranslationResult)
+from ..settings import Settings
+
+
+class ServedModel(Protocol):
+    name: str
+
+    async def translate(self, job: TranslationJob) -> TranslationResult: ...
+
+    async def generate(self, job: GenerationJob) -> GenerationResult: ...
+
+    def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]: ...
+
+
+class ModelProvider(Protocol):
+    settings: Settings
+
+    async def get(self, name: str | None, source_lang: str | None = None,
+                  target_lang: str | None = None) -> ServedModel:
+        """The model named, else the one the language pair resolves to (registry.ModelRegistry.resolve)."""
+
+    def models(self) -> list[ModelInfo]: ...
+
+    async def health(self, stale_after_s: float) -> tuple[bool, str]: ...
+
+    def metrics_text(self) -> bytes: ...

@@ -1,0 +1,180 @@
+"""A model's engine in a process of its own, the child's side: loads the weights, runs the model's engine loop fed
+from the pipe, and sends each step's outputs and metric observations back in one message (runtime.engine_process
+is the parent's side and says what crosses the pipes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import partial
+from multiprocessing.connection import Connection
+
+from model import AlignmentInput
+
+from ..engine.loop import EngineLoop, start_engine_loop
+from ..engine.sequence import Output, Sequence, Status, TokenOutput
+from ..metrics import EngineStats
+from ..settings import Settings
+from .process import in_passing_thread, load_weights, name_this_process
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    """What the engine sends back, gathered between sends: a step's outputs go in one message."""
+
+    def __init__(self, conn: Connection):
+        self.conn, self.ready = conn, threading.Condition()
+        self.outputs: list[tuple[int, Output]] = []
+        self.observations: list[tuple] = []  # counters and histograms: each one counts
+        self.gauges: dict[tuple, tuple] = {}  # gauges, by metric and labels: only the last value counts
+        self.replies: list[tuple] = []
+        self.closed = False
+
+    def output(self, id: int, output: Output) -> None:
+        with self.ready:
+            self.outputs.append((id, output))
+            if len(self.outputs) == 1:
+                self.ready.notify()
+
+    def observe(self, name: str, labels: tuple[str, ...], method: str, value: float) -> None:
+        """A metric observation, sent with the next outputs (or within a quarter second)."""
+        with self.ready:
+            if method == "set":
+                self.gauges[name, labels] = (name, labels, method, value)
+            else:
+                self.observations.append((name, labels, method, value))
+
+    def reply(self, call: int, result, error: Exception | None) -> None:
+        with self.ready:
+            self.replies.append(("reply", call, result, error))
+            self.ready.notify()
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify()
+
+    def send_until_closed(self, loop: EngineLoop, heartbeat) -> None:
+        """The sender thread: sends what gathered and publishes the loop's heartbeat at least every 0.25 s."""
+        while True:
+            with self.ready:
+                if not (self.outputs or self.replies or self.closed):
+                    self.ready.wait(0.25)
+                outputs, replies = self.outputs, self.replies
+                observations = self.observations + list(self.gauges.values())
+                self.outputs, self.observations, self.gauges, self.replies = [], [], {}, []
+                closed = self.closed
+            heartbeat.value = loop.heartbeat if loop.alive else -1
+            try:
+                if outputs or observations:
+                    self.conn.send(("outputs", outputs, observations))
+                for reply in replies:
+                    self.conn.send(reply)
+            except (OSError, ValueError):
+                return  # the server process is gone
+            if closed:
+                return
+
+
+class EngineSideStats(EngineStats):
+    """The engine process's metrics go to the server process; an admitted sequence leaves the shared count."""
+
+    def __init__(self, model: str, outbox: Outbox, queued):
+        super().__init__(model, outbox.observe)
+        self.queued = queued
+
+    def admitted(self, requests, now: float) -> None:
+        super().admitted(requests, now)
+        if requests:
+            with self.queued.get_lock():
+                self.queued.value -= len(requests)
+
+
+def serve_engine(path: str | None, settings: Settings, name: str, threads: int, inbox: Connection,
+                 outbox_conn: Connection, queued, heartbeat) -> None:
+    """The engine process: loads the model, then serves the server's messages until it says stop or goes away."""
+    import gc
+    import signal
+
+    import torch
+
+    from model import keep_freed_memory
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops it
+    name_this_process("s2s-engine")
+    torch.set_num_threads(threads)
+    keep_freed_memory()  # before another thread allocates: then every thread allocates from the main arena
+    try:
+        bundle = in_passing_thread(partial(load_weights, path, settings))  # on the CPU: the only device here
+    except Exception as e:
+        outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
+        return
+    server = in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat))
+    gc.collect()
+    gc.freeze()  # the model and the imports live as long as the process: full collections skip them (listen.py)
+    server.serve(inbox)
+
+
+class EngineServer:
+    """The engine process's side: the model's engine loop, fed from the pipe, its outputs into the outbox."""
+
+    def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued, heartbeat):
+        self.outbox, self.queued = Outbox(outbox_conn), queued
+        # The server process counts waiting sequences against the limit; here they are only kept in order.
+        self.engine_loop = start_engine_loop(bundle, settings, EngineSideStats(name, self.outbox, queued),
+                                             max_waiting=None)
+        self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.engine_loop, heartbeat),
+                                       name="engine-outbox")
+        self.requests: dict[int, Sequence] = {}  # unfinished, by id
+        self.sender.start()
+        outbox_conn.send(("ready",))
+
+    def serve(self, inbox: Connection) -> None:
+        try:
+            while self.handle(inbox):
+                pass
+        except Exception:  # a bug: exit, and the server fails what this engine held and starts another
+            log.exception("the engine process failed")
+        self.engine_loop.stop()  # after the alignments under way
+        self.outbox.close()
+        self.sender.join(10)
+
+    def handle(self, inbox: Connection) -> bool:
+        """One message; False when it is time to stop (the server said so, or is gone)."""
+        try:
+            message = inbox.recv()
+        except (EOFError, OSError):
+            return False
+        kind = message[0]
+        if kind == "submit":
+            added = [Sequence(ids, params, partial(self.deliver, id), id=id, request_id=request_id, stream=stream,
+                                arrived_at=arrived_at) for id, request_id, ids, params, stream, arrived_at in message[1]]
+            self.requests.update((r.id, r) for r in added)
+            self.engine_loop.add(added)
+        elif kind == "cancel":
+            self.cancel(message[1])
+        elif kind == "align":
+            self.engine_loop.engine.beside_decoding(self.align, message[1], message[2])
+        return kind != "stop"
+
+    def deliver(self, id: int, output: Output) -> None:
+        """The engine thread's delivery of one output."""
+        if not isinstance(output, TokenOutput):
+            self.requests.pop(id, None)
+        self.outbox.output(id, output)
+
+    def cancel(self, ids: list[int]) -> None:
+        with self.engine_loop.lock:  # no admission between counting the waiting ones and cancelling them
+            cancelled = [r for r in (self.requests.pop(id, None) for id in ids) if r is not None]
+            waiting = sum(r.status == Status.WAITING for r in cancelled)
+            self.engine_loop.cancel(*cancelled)
+        if waiting:
+            with self.queued.get_lock():
+                self.queued.value -= waiting
+
+    def align(self, call: int, inputs: list[AlignmentInput]) -> None:
+        try:
+            self.outbox.reply(call, self.engine_loop.aligner(inputs), None)
+        except Exception as e:
+            self.outbox.reply(call, None, e)
