@@ -107,7 +107,7 @@ def tags(text: str) -> list[str]:
 
 
 def test_the_command_line_puts_tags_around_the_aligned_words(tmp_path):
-    from model.translate import main
+    from model.cli import main
 
     (tmp_path / "in.html").write_text(HTML, encoding="utf-8")
     assert main(["--target-lang", "fr", "--input", str(tmp_path / "in.html"), "--output",

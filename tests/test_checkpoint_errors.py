@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, Translator
-from model.translate import main as translate_cli
+from model.cli import main as translate_cli
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def test_accuracy_on_held_out_numbers():
 
 
 def test_cli_defaults_to_the_demo_model():
-    result = subprocess.run([sys.executable, "-m", "model.translate", "--target-lang", "de"],
+    result = subprocess.run([sys.executable, "-m", "model", "--target-lang", "de"],
                             input="one hundred and twenty-three\n\nforty-two\n", capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr

@@ -8,7 +8,7 @@ from oracles import assert_cached_steps_equal_full
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import BatchDecoder, Translator, load
-from model.translate import main as translate_cli
+from model.cli import main as translate_cli
 
 MAX_NEW_TOKENS = 30
 # Per family: a non-default source language and two target languages, in the model's own codes.

@@ -9,7 +9,7 @@ from transformers import MarianMTModel
 from transformers import MarianTokenizer as HFTokenizer
 
 from model import Translator, load
-from model.translate import main as translate_cli
+from model.cli import main as translate_cli
 
 MAX_NEW_TOKENS = 40
 

@@ -12,7 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import BatchDecoder, Translator, UnsupportedLanguage, load
 from model.layers import MATMUL_ATTENTION_MIN_ROWS
-from model.translate import main as translate_cli
+from model.cli import main as translate_cli
 
 MAX_NEW_TOKENS = 25
 NAMES = ["t5_v1_0", "t5_v1_1", "madlad", "bart"]

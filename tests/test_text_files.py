@@ -78,7 +78,7 @@ def test_damaged_unsupported_and_oversize_files(client, name, data, status, word
 
 
 def test_the_command_line_translates_a_docx_file(tmp_path, alone):
-    from model.translate import main
+    from model.cli import main
 
     source = docx.Document()
     source.add_paragraph("forty-two")

@@ -1,8 +1,8 @@
 """Command-line translator: one source line in, one translation line out, in input order.
 
-    python -m model.translate [--model DIR] [--source-lang XX] [--target-lang XX] [--beam-size N]
-                              [--input FILE] [--output FILE]
-    python -m model.translate --input in.docx --output out.docx      # .html, .srt, .docx: the whole document
+    python -m model [--model DIR] [--source-lang XX] [--target-lang XX] [--beam-size N]
+                    [--input FILE] [--output FILE]
+    python -m model --input in.docx --output out.docx      # .html, .srt, .docx: the whole document
 
 A .txt file or stdin goes line by line; an .html, .srt or .docx input (the kind from its extension) is translated
 as a document: sentences, markup and run formatting kept (see model/text), written to --output.
@@ -30,7 +30,7 @@ DOCUMENT_SUFFIXES = (".html", ".htm", ".srt", ".docx")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m model.translate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m model", description=__doc__.splitlines()[0])
     p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
     p.add_argument("--source-lang", help="source language code (default: the model's default source)")
     p.add_argument("--target-lang", help="target language code (a multilingual model's >>xx<< code, or the "
@@ -112,7 +112,3 @@ def translate_document(translator: Translator, args: argparse.Namespace, suffix:
                             split_sentences="1" if parsed.format == "text" else "nonewlines")
     Path(args.output).write_bytes(parsed.write(texts))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
