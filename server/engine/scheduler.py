@@ -64,6 +64,10 @@ class Scheduler:
             raise QueueFull(f"the queue holds {len(self.waiting)} waiting sequences; at most {limit}", limit=limit)
         self.waiting.extend(sequences)
 
+    def find(self, id: int) -> Sequence | None:
+        """The unfinished sequence with this id, waiting or running; None once it has finished or left."""
+        return self.running.get(id) or next((s for s in self.waiting if s.id == id), None)
+
     def cancel(self, sequence: Sequence) -> None:
         if sequence.status == Status.WAITING:
             self.waiting.remove(sequence)

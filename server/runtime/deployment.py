@@ -4,8 +4,8 @@
     python -m server                      # local Ray on 127.0.0.1 with the demo model (see runtime.ray_main)
 
 With `replica_http` (what `python -m server` runs) each replica serves HTTP on host:port itself, on a socket
-shared with the node's other replicas through SO_REUSEPORT: no Serve proxy and no hop between processes (CPU per
-single-text request under load, loadtests.bench_serving: 4 ms so, 15 ms through Serve's proxy). Otherwise
+shared with the node's other replicas through SO_REUSEPORT: no Serve proxy and no hop between processes (a fraction
+of the CPU per request, loadtests/README.md). Otherwise
 Serve's proxy hands each request to a replica, which serves it the same way. A request for a model this replica
 does not hold goes on, as a plain domain job, through Serve's model multiplexing to a replica that holds it or
 loads it (LRU, at most `max_models_per_replica` per replica), or is served right here when Serve picks this
@@ -147,8 +147,8 @@ def unwrap(error: Exception) -> Exception:
 class RemoteModel:
     """The ModelService interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
-    back to the replica it came from loses items and hangs (Ray 2.60: 61 of 120 such 16-item streams stalled,
-    0 of 120 between two replicas), and a unary call to itself only adds a hop."""
+    back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
+    unary call to itself only adds a hop."""
 
     def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)

@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from model import AlignmentInput
 
 from ..engine.loop import EngineLoop, start_engine_loop
-from ..engine.sequence import Output, Sequence, Status, TokenOutput
+from ..engine.sequence import Output, Sequence, Status
 from ..metrics import EngineStats
 from ..settings import Settings
 from .process import in_passing_thread, load_weights, name_this_process
@@ -126,7 +126,6 @@ class EngineServer:
                                              max_waiting=None)
         self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.engine_loop, heartbeat),
                                        name="engine-outbox")
-        self.requests: dict[int, Sequence] = {}  # unfinished, by id
         self.sender.start()
         outbox_conn.send(("ready",))
 
@@ -150,7 +149,6 @@ class EngineServer:
         if kind == "submit":
             added = [Sequence(ids, params, partial(self.deliver, id), id=id, request_id=request_id, stream=stream,
                                 arrived_at=arrived_at) for id, request_id, ids, params, stream, arrived_at in message[1]]
-            self.requests.update((r.id, r) for r in added)
             self.engine_loop.add(added)
         elif kind == "cancel":
             self.cancel(message[1])
@@ -160,14 +158,12 @@ class EngineServer:
 
     def deliver(self, id: int, output: Output) -> None:
         """The engine thread's delivery of one output."""
-        if not isinstance(output, TokenOutput):
-            self.requests.pop(id, None)
         self.outbox.output(id, output)
 
     def cancel(self, ids: list[int]) -> None:
         with self.engine_loop.lock:  # no admission between counting the waiting ones and cancelling them
-            cancelled = [r for r in (self.requests.pop(id, None) for id in ids) if r is not None]
-            waiting = sum(r.status == Status.WAITING for r in cancelled)
+            cancelled = [s for s in map(self.engine_loop.scheduler.find, ids) if s is not None]
+            waiting = sum(s.status == Status.WAITING for s in cancelled)
             self.engine_loop.cancel(*cancelled)
         if waiting:
             with self.queued.get_lock():

@@ -7,7 +7,7 @@ torch op of a decoder step lets the lock go, and taking it back waits for whiche
 load, loadtests/README.md). In its own process the step contends with nothing but the encoder.
 
 What crosses the pipes (pickled, batched):
-  to the engine    ("submit", [(id, group, source ids, params, stream, arrived_at)]), ("cancel", [id]),
+  to the engine    ("submit", [(id, request id, source ids, params, stream, arrived_at)]), ("cancel", [id]),
                    ("align", call id, inputs), ("stop",)
   from the engine  ("ready",) or ("failed", reason) once loaded; ("outputs", [(id, output)], metric
                    observations) once per step; ("reply", call id, result, error)
@@ -47,8 +47,8 @@ class EngineProcess(EngineHandle):
         self.path, self.settings, self.name, self.threads = path, settings, name, threads
         self.stats = EngineStats(name)
         self.context = multiprocessing.get_context("spawn")
-        self.lock = threading.Lock()  # requests, calls and the pipe to the engine
-        self.requests: dict[int, Sequence] = {}  # unfinished, by id
+        self.lock = threading.Lock()  # sequences, calls and the pipe to the engine
+        self.sequences: dict[int, Sequence] = {}  # unfinished, by id
         self.calls: dict[int, asyncio.Future] = {}
         self.call_ids = itertools.count()
         self.stopping = False
@@ -81,27 +81,27 @@ class EngineProcess(EngineHandle):
             self.to_engine, self.from_engine = to_engine, from_engine
 
     # ---- asyncio side -------------------------------------------------------------------------------------
-    def add(self, requests: list[Sequence]) -> None:
+    def add(self, sequences: list[Sequence]) -> None:
         limit = self.settings.max_waiting_sequences
         with self.lock:  # self.queued: the count of the engine process the sequences go to
             with self.queued.get_lock():  # never held while sending: the engine's admissions take it too
-                if self.queued.value + len(requests) > limit:
+                if self.queued.value + len(sequences) > limit:
                     raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}",
                                     limit=limit)
-                self.queued.value += len(requests)
+                self.queued.value += len(sequences)
             if not self._send(("submit", [(r.id, r.request_id, r.source_ids, r.params, r.stream, r.arrived_at)
-                                          for r in requests])):
+                                          for r in sequences])):
                 with self.queued.get_lock():
-                    self.queued.value -= len(requests)
+                    self.queued.value -= len(sequences)
                 raise EngineFailed("the engine process is restarting; retry shortly")
-            self.requests.update((r.id, r) for r in requests)
+            self.sequences.update((r.id, r) for r in sequences)
 
-    def cancel(self, *requests: Sequence) -> None:
+    def cancel(self, *sequences: Sequence) -> None:
         with self.lock:
-            ids = [r.id for r in requests if self.requests.pop(r.id, None) is not None]
-            for request in requests:
-                if not request.done:
-                    request.status = Status.CANCELLED
+            ids = [r.id for r in sequences if self.sequences.pop(r.id, None) is not None]
+            for sequence in sequences:
+                if not sequence.done:
+                    sequence.status = Status.CANCELLED
             if ids:
                 self._send(("cancel", ids))
 
@@ -141,7 +141,7 @@ class EngineProcess(EngineHandle):
 
     # ---- reader thread ------------------------------------------------------------------------------------
     def _read(self) -> None:
-        """Hands the engine's outputs and replies to their requests; when the engine process dies, fails what it
+        """Hands the engine's outputs and replies to their sequences; when the engine process dies, fails what it
         held and starts another."""
         while True:
             try:
@@ -169,33 +169,33 @@ class EngineProcess(EngineHandle):
 
     def _deliver(self, outputs: list[tuple[int, Output]]) -> None:
         delivered = []
-        with self.lock:  # once for the step's outputs; a request cancelled meanwhile is gone: its outputs dropped
+        with self.lock:  # once for the step's outputs; a sequence cancelled meanwhile is gone: its outputs dropped
             for id, output in outputs:
                 final = not isinstance(output, TokenOutput)
-                request = self.requests.pop(id, None) if final else self.requests.get(id)
-                if request is not None:
-                    delivered.append((request, output))
-        for request, output in delivered:
+                sequence = self.sequences.pop(id, None) if final else self.sequences.get(id)
+                if sequence is not None:
+                    delivered.append((sequence, output))
+        for sequence, output in delivered:
             if not isinstance(output, TokenOutput):
-                request.status = Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED
+                sequence.status = Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED
             try:
-                request.deliver(output)
+                sequence.deliver(output)
             except Exception:  # its event loop is gone
-                log.exception("delivering to request %s failed; cancelling it", request.id)
-                self.cancel(request)
+                log.exception("delivering to sequence %s failed; cancelling it", sequence.id)
+                self.cancel(sequence)
 
     def _engine_died(self) -> bool:
-        """Fails every request and call of the dead engine; starts another unless stopping. True: stop reading."""
+        """Fails every sequence and call of the dead engine; starts another unless stopping. True: stop reading."""
         self.process.join(5)
         with self.lock:
-            requests, self.requests = list(self.requests.values()), {}
+            sequences, self.sequences = list(self.sequences.values()), {}
             calls, self.calls = list(self.calls.values()), {}
             stopping = self.stopping
         error = EngineFailed(f"the engine process exited ({self.process.exitcode}) while decoding; retry")
-        for request in requests:
-            request.status = Status.FAILED
+        for sequence in sequences:
+            sequence.status = Status.FAILED
             try:
-                request.deliver(ErrorOutput(error))
+                sequence.deliver(ErrorOutput(error))
             except Exception:
                 pass  # its event loop is gone too
         for future in calls:

@@ -34,8 +34,8 @@ def ensure_free(host: str, port: int) -> None:
 def uvicorn_server(app: FastAPI, settings: Settings, lifespan: str = "auto"):
     """On should_exit (SIGTERM/Ctrl-C in a main thread) it stops accepting connections and lets in-flight
     requests finish, up to drain_timeout_s. What the process built until now is frozen out of the collector's
-    sight (gc.freeze): it lives as long as the process, and each full collection of the ~200,000 objects of the
-    imports and the app stopped the event loop for about 0.1 s (three times per 2,000 requests, measured)."""
+    sight (gc.freeze): it lives as long as the process, and each full collection of the objects of the imports and
+    the app stopped the event loop for a tenth of a second or so."""
     import uvicorn
 
     gc.collect()

@@ -64,12 +64,10 @@ class ReplicaLost:
             if started:
                 raise
         if not started:
-            from starlette.responses import JSONResponse
-
+            from ..api.errors import NATIVE
             from ..errors import EngineFailed
 
-            error = EngineFailed("the replica serving this request died; retry")
-            await JSONResponse(error.body(), error.status, error.headers())(scope, receive, send)
+            await NATIVE.render(EngineFailed("the replica serving this request died; retry"))(scope, receive, send)
 
 
 def proxy_middlewares() -> list:
