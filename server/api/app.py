@@ -16,7 +16,7 @@ from ..errors import BadBody, ServerError
 from ..front import ModelProvider
 from ..settings import Settings
 from . import deepl, libretranslate, native
-from .deps import AppState, State
+from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, route_path, validation_error
 from .keys import Keys
@@ -75,15 +75,17 @@ async def unexpected(_: Request, exc: Exception):
     return NATIVE.render(ServerError(f"internal error: {type(exc).__name__}"))
 
 
-async def healthz(state: State):
+async def healthz(request: Request):
+    state = served(request)
     ok, detail = await state.provider.health(state.settings.health_stale_s)
     return JSONResponse({"status": "ok" if ok else "unhealthy", "detail": detail}, status_code=200 if ok else 503)
 
 
-async def readyz(state: State):
+async def readyz(request: Request):
+    state = served(request)
     ok, detail = await state.provider.health(state.settings.ready_stale_s)
     return JSONResponse({"status": "ready" if ok else "not ready", "detail": detail}, status_code=200 if ok else 503)
 
 
-async def metrics(state: State):
-    return Response(state.provider.metrics_text(), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request):
+    return Response(served(request).provider.metrics_text(), media_type=CONTENT_TYPE_LATEST)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import BodyTooLarge, InvalidRequest
 from ..front import dispatch
-from .deps import AppState, State
+from .deps import AppState, served
 from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, message_only
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
@@ -128,7 +128,8 @@ async def caller(request: Request, state: AppState, work: bool = False) -> tuple
 
 
 @STYLE.route("/v2/translate", ["POST"], response_model=TranslateResponse)
-async def translate(request: Request, state: State):
+async def translate(request: Request):
+    state = served(request)
     who, params = await caller(request, state, work=True)
     data = present(params, list(TranslateForm.model_fields), lists=("text",))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
@@ -140,7 +141,7 @@ async def translate(request: Request, state: State):
         raise BodyTooLarge(f"Request too large: {count} characters; at most {limit}", field="text", limit=limit)
     if form.glossary_id is not None:
         raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
-    languages = ServedLanguages(tuple(state.provider.models()))
+    languages = ServedLanguages.of(state.provider)
     for name in ("source_lang", "target_lang"):
         code = getattr(form, name)
         if code and not languages.supports(code, name.partition("_")[0]):
@@ -159,22 +160,25 @@ async def translate(request: Request, state: State):
 
 
 @STYLE.route("/v2/languages", ["GET", "POST"], response_model=list[LanguageEntry])
-async def languages(request: Request, state: State):
+async def languages(request: Request):
+    state = served(request)
     _, params = await caller(request, state)
     kind = str(params.first("type") or "source").lower()
     if kind not in ("source", "target"):
         raise InvalidRequest(invalid("type", "source or target"), field="type")
-    return language_entries(ServedLanguages(tuple(state.provider.models())), kind)
+    return language_entries(ServedLanguages.of(state.provider), kind)
 
 
 @STYLE.route("/v2/usage", ["GET", "POST"])
-async def usage(request: Request, state: State):
+async def usage(request: Request):
+    state = served(request)
     who, _ = await caller(request, state)
     used, quota = state.keys.usage(who)
     return {"character_count": used, "character_limit": quota or NO_CHARACTER_LIMIT}
 
 
 @STYLE.route("/v2/glossary-language-pairs", ["GET"])
-async def glossary_language_pairs(request: Request, state: State):
+async def glossary_language_pairs(request: Request):
+    state = served(request)
     await caller(request, state)
     return {"supported_languages": []}

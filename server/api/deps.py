@@ -1,12 +1,15 @@
-"""What the routes' handlers are given: the app's state (the models, the settings, keys and limits, translated files
-waiting for download) and, on the native routes, the caller."""
+"""What the routes' handlers find beside their request: the app's state (the models, the settings, keys and
+limits, translated files waiting for download) and, on the native routes, the caller.
+
+Plain functions of the request, and on an open server no dependency at all: FastAPI resolves each dependency of
+a route on every request, which cost the HTTP process a measurable share of its CPU per request
+(loadtests/README.md, serving path)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import FastAPI, Request
 
 from ..errors import Unauthorized
 from ..front import ModelProvider
@@ -23,22 +26,25 @@ class AppState:
     downloads: Downloads  # LibreTranslate's translated files
 
 
-async def app_state(request: Request) -> AppState:
-    return request.app.state.served
+def served(request: Request | FastAPI) -> AppState:
+    """The state of a request's app (or of the app itself)."""
+    return (request if isinstance(request, FastAPI) else request.app).state.served
 
 
-async def bearer_caller(request: Request) -> str:
-    """The native APIs' caller (Keys.caller) from `Authorization: Bearer <key>` (401 without a valid one); a work
-    request (a POST) counts against its rate limit."""
-    keys = request.app.state.served.keys
+async def authorize(request: Request) -> None:
+    """The native routes' dependency where keys or limits are configured: the caller (Keys.caller) from
+    `Authorization: Bearer <key>` (401 without a valid one), before the body is validated; a work request (a
+    POST) counts against its rate limit."""
+    keys = served(request).keys
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     caller = keys.caller(key if scheme.lower() == "bearer" else None, request.client and request.client.host)
     if caller is None:
         raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
     if request.method == "POST":
         keys.admit(caller)
-    return caller
+    request.state.caller = caller
 
 
-State = Annotated[AppState, Depends(app_state)]
-Caller = Annotated[str, Depends(bearer_caller)]
+def caller(request: Request) -> str | None:
+    """Who called a native route (set by authorize); None on an open server, which counts nothing."""
+    return getattr(request.state, "caller", None)

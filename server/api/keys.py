@@ -1,8 +1,8 @@
 """API keys, per-key request rate limits and character quotas, shared by every API (native, LibreTranslate, DeepL).
 
 A caller is its API key when keys are configured, else its client address. Counts live in memory, per HTTP
-process (replica or worker): with N ingress replicas a caller gets up to N times the limits, and a restart starts the counts afresh.
-Each API reads the key its own way and renders these errors in its own shape.
+process (replica or worker): with N of them a caller gets up to N times the limits, and a restart starts the counts
+afresh. Each API reads the key its own way and renders these errors in its own shape.
 """
 
 from __future__ import annotations

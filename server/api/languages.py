@@ -13,6 +13,7 @@ from functools import lru_cache
 from langcodes import Language
 
 from ..domain import LanguageInfo, ModelInfo
+from ..front import ModelProvider
 from ..front.languages import serves
 
 # LibreTranslate's older codes (zh was Simplified Chinese, zt Traditional, pb Brazilian Portuguese); DeepL's ZH is
@@ -53,6 +54,10 @@ def _public(langs: tuple[LanguageInfo, ...]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ServedLanguages:
     models: tuple[ModelInfo, ...]
+
+    @classmethod
+    def of(cls, provider: ModelProvider) -> "ServedLanguages":
+        return cls(tuple(provider.models()))
 
     @property
     def sources(self) -> list[str]:

@@ -23,7 +23,7 @@ from model import SUFFIXES
 from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJob, TranslationResult
 from ..errors import InvalidRequest, ServerError
 from ..front import dispatch
-from .deps import AppState, State
+from .deps import AppState, served
 from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, message_only
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
@@ -108,12 +108,8 @@ def translate_response(result: TranslationResult, single: bool, auto: bool, alte
     return TranslateResponse(translatedText=texts, detectedLanguage=detected, alternatives=others)
 
 
-def served(state: AppState) -> ServedLanguages:
-    return ServedLanguages(tuple(state.provider.models()))
-
-
 def check_languages(state: AppState, source: str, target: str) -> None:
-    languages = served(state)
+    languages = ServedLanguages.of(state.provider)
     for code, side in ((source, "source"), (target, "target")):
         if not (side == "source" and dispatch.is_auto(code)) and not languages.supports(code, side):
             raise InvalidRequest(f"{code} is not supported", field=side)
@@ -128,7 +124,8 @@ def check_size(state: AppState, texts: list[str]) -> int:
 
 
 @STYLE.route("/translate", ["POST"], response_model=TranslateResponse)
-async def translate(request: Request, state: State):
+async def translate(request: Request):
+    state = served(request)
     params = await read_params(request)
     caller = caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     form = validated(TranslateForm, present(params, ["q", "source", "target", "format", "alternatives"]), missing,
@@ -161,7 +158,8 @@ async def translate(request: Request, state: State):
 
 
 @STYLE.route("/detect", ["POST"], response_model=list[Detection])
-async def detect(request: Request, state: State):
+async def detect(request: Request):
+    state = served(request)
     params = await read_params(request)
     caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     form = validated(DetectForm, present(params, ["q"]), missing, invalid)
@@ -172,7 +170,8 @@ async def detect(request: Request, state: State):
 
 
 @STYLE.route("/translate_file", ["POST"], response_model=FileTranslated)
-async def translate_file(request: Request, state: State):
+async def translate_file(request: Request):
+    state = served(request)
     """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
     is charged its size in bytes against the character quota."""
     params = await read_params(request)
@@ -199,7 +198,8 @@ async def translate_file(request: Request, state: State):
 
 
 @STYLE.route("/download_file/{name}", ["GET"])
-async def download_file(name: str, state: State):
+async def download_file(name: str, request: Request):
+    state = served(request)
     stored = state.downloads.get(name)
     if stored is None:
         raise FileNotFound(f"{name}: no such file (translated files are kept {state.settings.download_ttl_s:g} s)")
@@ -208,15 +208,17 @@ async def download_file(name: str, state: State):
 
 
 @STYLE.route("/languages", ["GET", "POST"], response_model=list[LanguageEntry])
-async def languages(state: State):
-    languages = served(state)
+async def languages(request: Request):
+    state = served(request)
+    languages = ServedLanguages.of(state.provider)
     codes = list(dict.fromkeys(languages.sources + languages.targets))
     return [LanguageEntry(code=code, name=language_name(code), targets=languages.targets_of(code)) for code in codes]
 
 
 @STYLE.route("/frontend/settings", ["GET"])
-async def frontend_settings(state: State):
-    target = served(state).targets[0]
+async def frontend_settings(request: Request):
+    state = served(request)
+    target = ServedLanguages.of(state.provider).targets[0]
     return {"charLimit": state.settings.max_request_chars, "frontendTimeout": 500, "apiKeys": state.keys.required,
             "keyRequired": state.keys.required, "suggestions": False, "filesTranslation": True,
             "supportedFilesFormat": list(SUFFIXES),
@@ -225,6 +227,7 @@ async def frontend_settings(state: State):
 
 
 @STYLE.route("/health", ["GET"])
-async def health(state: State):
+async def health(request: Request):
+    state = served(request)
     ok, detail = await state.provider.health(state.settings.health_stale_s)
     return JSONResponse({"status": "ok"} if ok else {"error": detail}, status_code=200 if ok else 503)

@@ -6,7 +6,7 @@ from pathlib import PurePath
 from typing import Callable
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -16,7 +16,7 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
 from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
 from ..settings import Settings
-from .deps import Caller, State
+from .deps import authorize, caller, served
 from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
@@ -38,8 +38,8 @@ def translate_response(result: TranslationResult, with_scores: bool) -> Translat
     def translation(t):
         alternatives = [Alternative(text=a.text, score=a.score if with_scores else None) for a in t.alternatives]
         detected = t.detected and Detected(language=t.detected.language, confidence=t.detected.confidence)
-        return TranslationItem(text=t.text, score=t.score if with_scores else None, alternatives=alternatives or None,
-                           detected_language=detected)
+        return TranslationItem(text=t.text, score=t.score if with_scores else None,
+                               alternatives=alternatives or None, detected_language=detected)
 
     return TranslateResponse(model=result.model, translations=[translation(t) for t in result.texts],
                              usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
@@ -47,13 +47,13 @@ def translate_response(result: TranslationResult, with_scores: bool) -> Translat
 
 def decode_options(body, **renamed) -> DecodeOptions:
     """The decoding knobs a body has under DecodeOptions' own names, and `renamed` ones (the API's name differs)."""
-    given = {name: getattr(body, name) for name in DecodeOptions.__dataclass_fields__ if name in type(body).model_fields}
-    return DecodeOptions(**given, **renamed)
+    knobs = DecodeOptions.__dataclass_fields__
+    return DecodeOptions(**{name: getattr(body, name) for name in knobs if name in type(body).model_fields}, **renamed)
 
 
 def generation_job(body: GenerateRequest) -> GenerationJob:
-    return GenerationJob(text=body.text, options=decode_options(body), stop=tuple(body.stop or ()), source_lang=body.source_lang,
-                         target_lang=body.target_lang)
+    return GenerationJob(text=body.text, options=decode_options(body), stop=tuple(body.stop or ()),
+                         source_lang=body.source_lang, target_lang=body.target_lang)
 
 
 def generate_response(result: GenerationResult) -> GenerateResponse:
@@ -74,7 +74,8 @@ def model_card(info: ModelInfo) -> ModelCard:
 FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file"],
     "properties": {"file": {"type": "string", "format": "binary", "description": ".txt, .html, .srt or .docx"},
-                   "source_lang": {"type": "string", "maxLength": 32}, "target_lang": {"type": "string", "maxLength": 32},
+                   "source_lang": {"type": "string", "maxLength": 32},
+                   "target_lang": {"type": "string", "maxLength": 32},
                    "model": {"type": "string", "maxLength": 200}}}}}}}
 
 
@@ -85,17 +86,20 @@ def _form_text(form, name: str, max_length: int = 200) -> str | None:
     return value or None
 
 
-async def translate(body: TranslateRequest, request: Request, state: State, caller: Caller):
+async def translate(body: TranslateRequest, request: Request):
+    state = served(request)
+
     async def work():
-        with state.keys.spending(caller, characters(body.text)):
+        with state.keys.spending(caller(request), characters(body.text)):
             result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False)
         return json_response(translate_response(result, body.return_scores))
 
     return await until_disconnect(request, work())
 
 
-async def translate_file(request: Request, state: State, caller: Caller):
+async def translate_file(request: Request):
     """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
+    state = served(request)
     try:
         form = await request.form()
     except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
@@ -108,7 +112,7 @@ async def translate_file(request: Request, state: State, caller: Caller):
     data = await upload.read()
 
     async def work():
-        with state.keys.spending(caller, len(data)):
+        with state.keys.spending(caller(request), len(data)):
             translated = await dispatch.translate_file(state.provider, data, name.suffix, **fields)
         download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
         return Response(translated, media_type=upload.content_type or "application/octet-stream",
@@ -117,16 +121,17 @@ async def translate_file(request: Request, state: State, caller: Caller):
     return await until_disconnect(request, work())
 
 
-async def generate(body: GenerateRequest, request: Request, state: State, caller: Caller):
+async def generate(body: GenerateRequest, request: Request):
+    state = served(request)
     service = await state.provider.get(body.model, body.source_lang, body.target_lang)
     job = generation_job(body)
     if not body.stream:
         async def work():
-            with state.keys.spending(caller, characters([body.text])):
+            with state.keys.spending(caller(request), characters([body.text])):
                 return json_response(generate_response(await service.generate(job)))
 
         return await until_disconnect(request, work())
-    with state.keys.spending(caller, characters([body.text])):
+    with state.keys.spending(caller(request), characters([body.text])):
         events = service.generate_events(job)
         first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
     return StreamingResponse(event_stream(first, events), media_type="text/event-stream",
@@ -153,8 +158,8 @@ async def event_stream(first, events):
         await events.aclose()
 
 
-async def models(state: State, caller: Caller):
-    return ModelList(models=[model_card(info) for info in state.provider.models()])
+async def models(request: Request):
+    return ModelList(models=[model_card(info) for info in served(request).provider.models()])
 
 
 def with_body(handler: Callable, schema: type) -> Callable:
@@ -172,13 +177,18 @@ def with_body(handler: Callable, schema: type) -> Callable:
 
 
 def add_routes(app: FastAPI, settings: Settings) -> None:
-    """The /v1 routes on `app` itself."""
+    """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware), guarded
+    by the caller's key where keys or limits are configured."""
     TranslateBody, GenerateBody = request_schemas(settings)
-    add = app.router.add_api_route
-    add("/v1/translate", with_body(translate, TranslateBody), methods=["POST"], response_model=TranslateResponse,
+    guarded = [Depends(authorize)] if served(app).keys.enforcing else []
+
+    def add(path, endpoint, methods, **options):
+        app.router.add_api_route(path, endpoint, methods=methods, dependencies=guarded, **options)
+
+    add("/v1/translate", with_body(translate, TranslateBody), ["POST"], response_model=TranslateResponse,
         response_model_exclude_none=True)
-    add("/v1/translate/file", translate_file, methods=["POST"], response_class=Response, openapi_extra=FILE_FORM,
+    add("/v1/translate/file", translate_file, ["POST"], response_class=Response, openapi_extra=FILE_FORM,
         responses={200: {"content": {"application/octet-stream": {}}}})
-    add("/v1/generate", with_body(generate, GenerateBody), methods=["POST"], response_model=GenerateResponse,
+    add("/v1/generate", with_body(generate, GenerateBody), ["POST"], response_model=GenerateResponse,
         responses={200: {"content": {"text/event-stream": {}}}})
-    add("/v1/models", models, methods=["GET"], response_model=ModelList)
+    add("/v1/models", models, ["GET"], response_model=ModelList)

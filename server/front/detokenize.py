@@ -1,4 +1,4 @@
-"""Incremental detokenization for streaming: emit only text that later tokens cannot change."""
+"""Incremental detokenization for streaming: emit only text that later tokens cannot change, up to a stop string."""
 
 from __future__ import annotations
 
@@ -33,3 +33,13 @@ class IncrementalDetokenizer:
         piece = text[len(self.sent):] if text.startswith(self.sent) else ""
         self.sent = text
         return piece
+
+
+def cut_at_stop(text_so_far: str, piece: str, stops: list[str]) -> tuple[bool, str]:
+    """Whether a stop string appears in the text now that `piece` ended it, and the piece up to the first one."""
+    before = text_so_far[: len(text_so_far) - len(piece)]
+    hits = [text_so_far.find(s, max(0, len(before) - len(s) + 1)) for s in stops]
+    hits = [h for h in hits if h != -1]
+    if not hits:
+        return False, piece
+    return True, text_so_far[len(before): min(hits)]

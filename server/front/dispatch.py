@@ -32,7 +32,8 @@ def is_auto(source_lang: str | None, detect_missing: bool = True) -> bool:
     return source_lang.strip().lower() == AUTO
 
 
-def _candidates(provider: ModelProvider, model: str | None, target_lang: str | None, everything: bool) -> list[ModelInfo]:
+def _candidates(provider: ModelProvider, model: str | None, target_lang: str | None,
+                everything: bool) -> list[ModelInfo]:
     """The models a text may go to: the one named; else those translating into the target; else (no target)
     the default model when translating (`everything` False) or every model when only detecting."""
     infos = provider.models()
@@ -123,8 +124,8 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
                              output_tokens=sum(r.output_tokens for r in results))
 
 
-async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None, target_lang: str | None,
-                         model: str | None = None) -> bytes:
+async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None,
+                         target_lang: str | None, model: str | None = None) -> bytes:
     """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind. Its texts
     (cues, paragraphs) go as jobs of at most the models' max_texts each, concurrently. A damaged or unsupported
     file is a 400 naming the problem."""

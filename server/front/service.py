@@ -13,9 +13,10 @@ from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import BadBody, InvalidRequest, QueueFull, RequestTimeout
+from ..errors import BadBody, InvalidRequest, RequestTimeout
 from ..settings import Settings
-from .detokenize import IncrementalDetokenizer
+from .detokenize import IncrementalDetokenizer, cut_at_stop
+from .windows import decode_all
 
 
 class ModelService:
@@ -81,7 +82,11 @@ class ModelService:
                                for text, name in zip(job.texts, job.fields)])
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         sources = self._sources(tuple(documents.units), tuple(fields), source_lang, target_lang, encoded)
-        finals = await self._run_all(sources, params)
+        try:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
+        except TimeoutError:
+            raise self._timed_out() from None
         alignments = await self._alignments(documents, sources, finals)
         rendered = documents.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
         texts = [self._translated(text, hyps) for text, hyps in zip(rendered, documents.per_document(finals))]
@@ -129,38 +134,6 @@ class ModelService:
                                                       for h in hyps[0][1:])
         return TranslatedText(text=text, score=sum(h[0].score for h in hyps) / len(hyps), alternatives=alternatives)
 
-    async def _run_all(self, sources: list[Source], params: DecodeParams) -> list[list[Hypothesis]]:
-        """Decode every source; a long document enters the engine a window at a time (twice the batch rows, so
-        rows never wait for the event loop), all its sequences one request to the scheduler, their final outputs
-        in one queue."""
-        results: list[list[Hypothesis] | None] = [None] * len(sources)
-        window = 2 * self.settings.max_batch_rows
-        finals: asyncio.Queue = asyncio.Queue()  # (sequence, its final output), from every window
-        unfinished, request_id, next_source = {}, None, 0  # unfinished: sequence → its source's index
-        try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                while next_source < len(sources) or unfinished:
-                    batch = sources[next_source:next_source + window - len(unfinished)]
-                    try:
-                        added = self.engine.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos))
-                                                    for s in batch], request_id, stream=False, into=finals) if batch else []
-                    except QueueFull:
-                        if not unfinished:
-                            raise
-                        added = []  # others' requests fill the queue: retry when one of ours finishes
-                    for sequence, _ in added:
-                        unfinished[sequence] = next_source
-                        request_id, next_source = sequence.request_id, next_source + 1
-                    sequence, output = await finals.get()  # final outputs only (stream=False)
-                    if isinstance(output, ErrorOutput):
-                        raise output.error
-                    results[unfinished.pop(sequence)] = output.hypotheses
-            return results
-        except TimeoutError:
-            raise self._timed_out() from None
-        finally:
-            self.engine.cancel(*unfinished)  # all at once: none of them admitted while the others leave
-
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
@@ -188,7 +161,7 @@ class ModelService:
                     best = output.hypotheses[0]
                     detok.tokens = list(best.token_ids)  # beam search streams no tokens: all text comes now
                     piece, reason = detok.flush(), best.finish_reason
-                stopped, piece = self._cut_at_stop(detok.sent, piece, stops)
+                stopped, piece = cut_at_stop(detok.sent, piece, stops)
                 if piece:
                     yield StreamEvent(text=piece)
                 if stopped or isinstance(output, FinalOutput):
@@ -201,16 +174,6 @@ class ModelService:
     def _timed_out(self) -> RequestTimeout:
         limit = self.settings.request_timeout_s
         return RequestTimeout(f"the request took longer than {limit} s", limit=limit)
-
-    @staticmethod
-    def _cut_at_stop(text_so_far: str, piece: str, stops: list[str]) -> tuple[bool, str]:
-        """If a stop string appears in the text, keep the piece only up to it."""
-        before = text_so_far[: len(text_so_far) - len(piece)]
-        hits = [text_so_far.find(s, max(0, len(before) - len(s) + 1)) for s in stops]
-        hits = [h for h in hits if h != -1]
-        if not hits:
-            return False, piece
-        return True, text_so_far[len(before): min(hits)]
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None

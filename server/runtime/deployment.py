@@ -155,16 +155,17 @@ class RemoteModel:
         self.this_replica, self.local = this_replica, local  # local: async (name) -> ModelService
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
-        async with self._route("translate", job) as replica:
-            if replica is not None:
-                return await self.handle.dispatch(replica, job)
-        return await (await self.local(self.name)).translate(job)
+        return await self._unary("translate", job)
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
-        async with self._route("generate", job) as replica:
+        return await self._unary("generate", job)
+
+    async def _unary(self, method: str, job):
+        """`method` of ModelServer (and of ModelService) on the replica Serve picks, or here."""
+        async with self._route(method, job) as replica:
             if replica is not None:
                 return await self.handle.dispatch(replica, job)
-        return await (await self.local(self.name)).generate(job)
+        return await getattr(await self.local(self.name), method)(job)
 
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         async with self._route("generate_stream", job, stream=True) as replica:
