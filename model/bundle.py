@@ -18,6 +18,7 @@ from .checkpoint import load_network
 from .config import read_json
 from .cpu_memory import keep_freed_memory
 from .errors import CheckpointError
+from . import hub
 from .families import Family, Languages, Tokenizer, family_for
 from .generation import read_generation_defaults
 from .languages import UnsupportedLanguage, match_language
@@ -118,14 +119,12 @@ def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
          normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True,
          traced: bool = True) -> ModelBundle:
-    """A checkpoint directory (None: the embedded demo model) → ModelBundle. weights=False loads only the
+    """A checkpoint directory or a Hub repo id (model.hub; None: the embedded demo model) → ModelBundle. weights=False loads only the
     tokenizer and configs (network None), to describe a model without its memory. pack_tied_output (float32 on
     the CPU): an output projection tied to the embeddings multiplies by a packed copy of them, and one row by a
     transposed copy (faster steps, two more vocabulary × d_model matrices in memory). traced (on the CPU): the
     encoder and decoder steps run traced (model.traced_step)."""
-    model_dir = Path(path) if path is not None else demo_model_dir()
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a model directory")
+    model_dir = hub.model_dir(path) if path is not None else demo_model_dir()
     if dtype not in CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
     family, config = _read_model_config(model_dir)
@@ -146,4 +145,5 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     if normalize_punctuation:
         from sacremoses import MosesPunctNormalizer
         normalize = MosesPunctNormalizer(tokenizer.languages.default_source or "en").normalize
-    return ModelBundle(model_dir.name, family.name, config, network, tokenizer, generation, normalize)
+    name = str(path) if hub.is_repo_id(path) and model_dir != Path(path) else model_dir.name
+    return ModelBundle(name, family.name, config, network, tokenizer, generation, normalize)

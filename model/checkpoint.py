@@ -1,7 +1,7 @@
 """Hugging Face checkpoints ↔ Seq2SeqTransformer, through the family's explicit key map.
 
-Loading checks every key and shape and names the file and key on any mismatch. Weights are read with
-safetensors, or torch.load(weights_only=True) for .bin: no arbitrary unpickling.
+Loading checks every key and shape and names the file (the shard) and key on any mismatch. Weights are read
+with safetensors, or torch.load(weights_only=True) for .bin: no arbitrary unpickling; one file or shards.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .architecture import ModelConfig
+from .config import read_json
 from .cpu_kernels import use_onednn_linears
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
 from .transformer import Seq2SeqTransformer
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
+# shards named by an index (its weight_map: tensor name → shard file).
+WEIGHT_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                  "pytorch_model.bin.index.json")
 KeyMap = Callable[[ModelConfig], dict[str, Parts]]
 
 
@@ -34,11 +38,33 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: cannot read weights ({first_line})") from None
 
 
-def weights_path(model_dir: Path) -> Path:
-    for name in WEIGHT_FILES:
-        if (model_dir / name).exists():
-            return model_dir / name
-    raise CheckpointError(f"{model_dir}: no weights file ({' or '.join(WEIGHT_FILES)})")
+def weight_files(model_dir: Path) -> tuple[Path, list[Path]]:
+    """(the file that names the weights: the weights file or the shards' index, the files to read)."""
+    for name in WEIGHT_LAYOUTS:
+        path = model_dir / name
+        if not path.exists():
+            continue
+        if not name.endswith(".index.json"):
+            return path, [path]
+        weight_map = read_json(path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{path}: no weight_map")
+        shards = [model_dir / shard for shard in dict.fromkeys(weight_map.values())]
+        missing = next((shard for shard in shards if not shard.exists()), None)
+        if missing is not None:
+            raise CheckpointError(f"{path}: names the shard {missing.name}, which is not there")
+        return path, shards
+    raise CheckpointError(f"{model_dir}: no weights file ({', '.join(WEIGHT_LAYOUTS)})")
+
+
+def read_weights(files: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Path]]:
+    """Every tensor of the files, and the file each came from (for errors)."""
+    state, origin = {}, {}
+    for path in files:
+        shard = read_state_dict(path)
+        origin.update(dict.fromkeys(shard, path))
+        state.update(shard)
+    return state, origin
 
 
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
@@ -46,8 +72,8 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
                  pack_tied_output: bool = True) -> Seq2SeqTransformer:
     """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
     projection with its own packed and transposed copies of the embedding matrix when pack_tied_output."""
-    path = weights_path(model_dir)
-    state = read_state_dict(path)
+    path, files = weight_files(model_dir)
+    state, origin = read_weights(files)
     model = Seq2SeqTransformer(config)
     expected = model.state_dict()
     loaded, used = {}, set(ignored)
@@ -66,18 +92,19 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
         value = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         value = value.reshape(-1) if ours == OUTPUT_BIAS else value
         if value.shape != expected[ours].shape:
-            got = " + ".join(f"{k[0]} {tuple(t.shape)}" for k, t in zip(parts, tensors))
-            raise CheckpointError(f"{path}: {got} does not match the expected shape {tuple(expected[ours].shape)} "
-                                  f"from config.json")
+            keys = [next(k for k in alternatives if k in state) for alternatives in parts]
+            got = " + ".join(f"{k} {tuple(t.shape)}" for k, t in zip(keys, tensors))
+            raise CheckpointError(f"{origin[keys[0]]}: {got} does not match the expected shape "
+                                  f"{tuple(expected[ours].shape)} from config.json")
         loaded[ours] = value
     unexpected = sorted(set(state) - used)
     if unexpected:
-        raise CheckpointError(f"{path}: unexpected key {unexpected[0]!r}" +
+        raise CheckpointError(f"{origin[unexpected[0]]}: unexpected key {unexpected[0]!r}" +
                               (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
     model.load_state_dict(loaded, strict=False)
     missing = {name for name, _ in model.named_parameters()} - set(loaded) - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
-    del state, expected, loaded  # the file's tensors and views of the weights: freed before the weights are packed
+    del state, origin, expected, loaded  # the files' tensors and views of the weights: freed before packing
     model = model.to(device=device, dtype=dtype).eval()
     if model.device.type == "cpu" and dtype == torch.float32:
         use_onednn_linears(model, pack_shared=pack_tied_output)

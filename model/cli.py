@@ -31,7 +31,8 @@ DOCUMENT_SUFFIXES = (".html", ".htm", ".srt", ".docx")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m model", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="checkpoint directory (default: the embedded demo model)")
+    p.add_argument("--model", help="checkpoint directory or Hub repo id ORG/NAME[@REVISION] (default: the embedded "
+                                    "demo model)")
     p.add_argument("--source-lang", help="source language code (default: the model's default source)")
     p.add_argument("--target-lang", help="target language code (a multilingual model's >>xx<< code, or the "
                                          "target language token forced first)")

@@ -27,7 +27,8 @@ class Translator:
     @classmethod
     def from_pretrained(cls, path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
                         normalize_punctuation: bool = False) -> "Translator":
-        """A checkpoint directory of any supported family; no path loads the embedded demo model."""
+        """A checkpoint directory or Hub repo id (ORG/NAME[@REVISION]) of any supported family; no path loads the
+        embedded demo model."""
         return cls(load(path, device=device, dtype=dtype, normalize_punctuation=normalize_punctuation))
 
     def translate(self, texts: list[str], source_lang: str | None = None, target_lang: str | None = None,

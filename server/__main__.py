@@ -13,7 +13,8 @@ from .settings import Settings
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Settings]:
     p = argparse.ArgumentParser(prog="python -m server", description="Serve translation models over HTTP.")
-    p.add_argument("--model", action="append", help="checkpoint directory (repeatable; default: the demo model)")
+    p.add_argument("--model", action="append", help="a checkpoint directory, a directory of them, or a Hub repo id "
+                                                   "ORG/NAME[@REVISION] (repeatable; default: the demo model)")
     p.add_argument("--no-ray", action="store_true", help="serve in this process with uvicorn, without Ray")
     p.add_argument("--replicas", type=int, default=1, help="Ray Serve model replicas")
     add_ray_arguments(p)
@@ -37,13 +38,22 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
+    from model import CheckpointError
+
+    from .front import ModelRegistry
+
+    try:
+        registry = ModelRegistry.from_paths(args.model)  # every model named resolves before anything starts
+    except CheckpointError as e:
+        print(f"python -m server: {e}", file=sys.stderr)
+        return 1
     if args.no_ray:
         from .runtime.workers import serve
 
-        return serve(args.model, settings)
+        return serve(registry, settings)
     from .runtime.ray_main import serve_with_ray
 
-    return serve_with_ray(args, settings)
+    return serve_with_ray(args, settings, registry)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A model's engine in a process of its own (server.engine_process, the --no-ray default on the CPU): the same
+"""A model's engine in a process of its own (server.runtime.engine_process, the default on the CPU): the same
 answers as an engine in the server's process, backpressure counted exactly across the pipe, and an engine
 process that dies costs only the requests it held."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import demo_model_dir, iso_code, load, new_tokens_within
+from model import CheckpointError, demo_model_dir, is_repo_id, iso_code, load, new_tokens_within
 
 from ..domain import LanguageInfo, ModelInfo
 from ..errors import UnknownModel
@@ -39,7 +39,7 @@ class ModelEntry:
             source_lang is None or serves(self.source_langs, source_lang, "source"))
 
 
-def describe(name: str, path: Path) -> ModelEntry:
+def describe(name: str, path: Path | str) -> ModelEntry:
     bundle = load(path, weights=False)
     langs = bundle.languages
     return ModelEntry(name, str(path), bundle.family, tuple(langs.source), tuple(langs.target),
@@ -71,7 +71,9 @@ class ModelRegistry:
 
     @classmethod
     def from_paths(cls, paths: list[str] | None) -> "ModelRegistry":
-        """Each path is a checkpoint or a directory of checkpoints; no paths = the embedded demo model."""
+        """Each path is a checkpoint, a directory of checkpoints or a Hub repo id (named as given; each process
+        that loads it resolves it in its own cache); no paths = the embedded demo model. CheckpointError naming
+        the model that cannot be described."""
         if not paths:
             return cls([describe(DEMO_MODEL_NAME, demo_model_dir())])
         entries = []
@@ -81,8 +83,11 @@ class ModelRegistry:
                 entries.append(describe(path.name, path))
             elif path.is_dir():
                 entries += [describe(p.name, p) for p in sorted(path.iterdir()) if (p / "config.json").exists()]
+            elif is_repo_id(raw):
+                entries.append(describe(raw, raw))
             else:
-                raise FileNotFoundError(f"{raw}: not a checkpoint or a directory of checkpoints")
+                raise CheckpointError(f"{raw}: not a checkpoint, a directory of checkpoints or a Hub repo id "
+                                      f"(ORG/NAME[@REVISION])")
         return cls(entries)
 
     def resolve(self, model: str | None, source_lang: str | None = None, target_lang: str | None = None) -> str:

@@ -129,7 +129,8 @@ def wait_ready(url: str, timeout_s: float) -> float:
     raise TimeoutError(f"{url} was not ready after {timeout_s} s")
 
 
-def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
+def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> int:
+    """`registry`: a front.ModelRegistry (imported by the caller, after Ray's environment is set here)."""
     stop = threading.Event()
     metrics_dir = tempfile.mkdtemp(prefix="s2s-metrics-")
     started = time.monotonic()
@@ -138,7 +139,6 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         from ray import serve
 
         from .deployment import build
-        from ..front import ModelRegistry
 
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -147,7 +147,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings) -> int:
         serve.start(proxy_location="Disabled" if settings.replica_http else None,
                     http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
-        app = build(settings, ModelRegistry.from_paths(args.model), args.replicas, num_cpus=args.replica_cpus,
+        app = build(settings, registry, args.replicas, num_cpus=args.replica_cpus,
                     num_gpus=args.replica_gpus if gpu else 0)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
         url = f"http://{settings.host}:{settings.port}"

@@ -23,19 +23,18 @@ from multiprocessing.synchronize import Event
 from fastapi import FastAPI
 
 from .listen import reuseport_socket, uvicorn_server
+from ..front import ModelRegistry
 from ..metrics import METRICS_DIR_ENV
 from ..settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def serve(model_paths: list[str] | None, settings: Settings) -> int:
+def serve(registry: ModelRegistry, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; the exit code."""
-    from ..front import ModelRegistry
-
-    names = ", ".join(ModelRegistry.from_paths(model_paths).entries)
+    names = ", ".join(registry.entries)
     if settings.workers == 1:
-        app = build_app(model_paths, settings, machine_cores())
+        app = build_app(registry, settings, machine_cores())
         print(f"serving {names} at http://{settings.host}:{settings.port}", flush=True)
         uvicorn_server(app, settings).run()
         return 0
@@ -45,7 +44,7 @@ def serve(model_paths: list[str] | None, settings: Settings) -> int:
     print(f"serving {names} at http://{settings.host}:{settings.port} from {settings.workers} worker processes",
           flush=True)
     try:
-        return Supervisor(model_paths, settings).run()
+        return Supervisor(registry, settings).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
@@ -54,15 +53,15 @@ class Supervisor:
     """Starts the workers, starts a new one for each that dies, and on SIGTERM/SIGINT stops them all (each drains
     its requests). A worker that dies before it ever served stops the server: the next one would fail alike."""
 
-    def __init__(self, model_paths: list[str] | None, settings: Settings):
+    def __init__(self, registry: ModelRegistry, settings: Settings):
         self.context = multiprocessing.get_context("spawn")
-        self.model_paths, self.settings = model_paths, settings
+        self.registry, self.settings = registry, settings
         self.stopping = threading.Event()
         self.workers: list[tuple[multiprocessing.Process, Event]] = []
 
     def start_worker(self) -> tuple[multiprocessing.Process, Event]:
         started = self.context.Event()
-        process = self.context.Process(target=run_worker, args=(self.model_paths, self.settings, started),
+        process = self.context.Process(target=run_worker, args=(self.registry, self.settings, started),
                                        name="s2s-worker")
         process.start()
         return process, started
@@ -93,7 +92,7 @@ class Supervisor:
         return 1 if failed else 0
 
 
-def run_worker(model_paths: list[str] | None, settings: Settings, started: Event) -> None:
+def run_worker(registry: ModelRegistry, settings: Settings, started: Event) -> None:
     """One worker process on its own socket bound to the shared port: with SO_REUSEPORT the kernel spreads new
     connections over the workers' sockets (on one shared socket, whichever worker woke first took a whole burst)."""
     from .process import name_this_process
@@ -102,7 +101,7 @@ def run_worker(model_paths: list[str] | None, settings: Settings, started: Event
     os.setpgrp()  # Ctrl-C reaches the supervisor only, which stops each worker once (a second signal would cut
     # uvicorn's drain short)
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
-    app = build_app(model_paths, settings, machine_cores() / settings.workers)
+    app = build_app(registry, settings, machine_cores() / settings.workers)
     app.router.on_startup.append(started.set)
     uvicorn_server(app, settings).run(sockets=[reuseport_socket(settings.host, settings.port)])
 
@@ -114,15 +113,14 @@ def stop_when_orphaned(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def build_app(model_paths: list[str] | None, settings: Settings, cores: float) -> FastAPI:
+def build_app(registry: ModelRegistry, settings: Settings, cores: float) -> FastAPI:
     """The app over in-process models, their engines given `cores`; the engines stop when the app shuts down."""
     from ..api import create_app
-    from ..front import ModelRegistry
     from .local import LocalModels
     from .process import set_engine_threads
 
     set_engine_threads(cores, settings)
-    models = LocalModels(settings, ModelRegistry.from_paths(model_paths))
+    models = LocalModels(settings, registry)
     app = create_app(models, settings)
     app.router.on_shutdown.append(models.close)
     return app
