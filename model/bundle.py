@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -21,7 +21,7 @@ from .errors import CheckpointError
 from . import hub
 from .families import Family, Languages, Tokenizer, family_for
 from .generation import read_generation_defaults
-from .languages import UnsupportedLanguage, match_language
+from .languages import ConflictingTarget, UnsupportedLanguage, match_language
 from .quantize import quantize_int8
 from .search import DecodeParams
 from .traced_step import trace_stacks
@@ -66,20 +66,38 @@ class ModelBundle:
     def max_positions(self) -> int:
         return self.config.max_position_embeddings
 
-    def resolve_languages(self, source_lang: str | None, target_lang: str | None,
-                          translating: bool = True) -> tuple[str | None, str | None]:
+    def resolve_languages(self, source_lang: str | None, target_lang: str | None, translating: bool = True,
+                          texts: Sequence[str] = ()) -> tuple[str | None, str | None]:
         """User codes (ISO 639-1/639-3, BCP-47, the model's own) → the model's codes; a missing one takes the
-        model's default. A translation into a model whose target is a forced token must name the target (free
-        generation need not). Raises UnsupportedLanguage naming the field and the supported codes."""
+        model's default. A translation into a model whose target is a forced token must name the target, in
+        target_lang or at the start of each of its `texts` (text_target; free generation need not). Raises
+        UnsupportedLanguage naming the field and the supported codes."""
         langs = self.languages
         if (translating and target_lang is None and langs.target_required and langs.default_target is None
-                and self.generation.forced_bos_token_id is None):
+                and self.generation.forced_bos_token_id is None
+                and not (texts and all(langs.split_named_target(t)[0] for t in texts if t.strip()))):
             raise UnsupportedLanguage("target_lang", None, langs.target)
         source = langs.default_source if source_lang is None else (
             match_language(source_lang, langs.source, "source_lang") if langs.source else source_lang)
         target = langs.default_target if target_lang is None else match_language(target_lang, langs.target,
                                                                                   "target_lang")
         return source, target
+
+    def text_target(self, text: str, target_lang: str | None) -> tuple[str, str | None]:
+        """`text` without the target it names at its start (MADLAD's "<2pt> I love pizza!", an OPUS-MT
+        multi-target model's ">>fra<< ..."), and its target: the one it names, else `target_lang` (resolved
+        codes). ConflictingTarget when it names one and target_lang another."""
+        named, rest = self.languages.split_named_target(text)
+        if named is None:
+            return text, target_lang
+        if target_lang is not None and target_lang != named:
+            raise ConflictingTarget(target_lang, named)
+        return rest, named
+
+    def text_source(self, text: str, source_lang: str | None, target_lang: str | None) -> Source:
+        """A whole text (not cut into sentences) for the engine, its own target first (text_target)."""
+        text, target = self.text_target(text, target_lang)
+        return self.source(text, source_lang, target)
 
     def source(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> Source:
         """`text` for resolved (model) codes → encoder ids and the forced first token."""
@@ -119,11 +137,11 @@ def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
          normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True,
          traced: bool = True) -> ModelBundle:
-    """A checkpoint directory or a Hub repo id (model.hub; None: the embedded demo model) → ModelBundle. weights=False loads only the
-    tokenizer and configs (network None), to describe a model without its memory. pack_tied_output (float32 on
-    the CPU): an output projection tied to the embeddings multiplies by a packed copy of them, and one row by a
-    transposed copy (faster steps, two more vocabulary × d_model matrices in memory). traced (on the CPU): the
-    encoder and decoder steps run traced (model.traced_step)."""
+    """A checkpoint directory or a Hub repo id (model.hub; None: the embedded demo model) → ModelBundle.
+    weights=False loads only the tokenizer and configs (network None), to describe a model without its memory.
+    pack_tied_output (float32 on the CPU): an output projection tied to the embeddings multiplies by a packed copy
+    of them, and one row by a transposed copy (faster steps, two more vocabulary × d_model matrices in memory).
+    traced (on the CPU): the encoder and decoder steps run traced (model.traced_step)."""
     model_dir = hub.model_dir(path) if path is not None else demo_model_dir()
     if dtype not in CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")

@@ -46,6 +46,15 @@ class UnsupportedLanguage(ValueError):
         super().__init__(message)
 
 
+class ConflictingTarget(UnsupportedLanguage):
+    """A text names its target at its start (MADLAD's `<2pt> ...`) and target_lang names another."""
+
+    def __init__(self, requested: str, named: str):
+        ValueError.__init__(self, f"target_lang {requested!r} disagrees with the target the text names at its start "
+                                  f"({named!r})")
+        self.field, self.code, self.supported, self.candidates = "target_lang", requested, [named], []
+
+
 class _Code(NamedTuple):
     code: str  # as the model spells it
     language: str  # macrolanguage-folded: what requests are matched on

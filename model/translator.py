@@ -38,8 +38,8 @@ class Translator:
         """Translate in input order; sources are decoded longest first with continuous batching. Language codes
         may be the model's own or ISO 639-1/639-3 (UnsupportedLanguage when the model has no such language)."""
         bundle = self.bundle
-        source_lang, target_lang = bundle.resolve_languages(source_lang, target_lang)
-        prepared = {i: bundle.source(t, source_lang, target_lang) for i, t in enumerate(texts) if t.strip()}
+        source_lang, target_lang = bundle.resolve_languages(source_lang, target_lang, texts=texts)
+        prepared = {i: bundle.text_source(t, source_lang, target_lang) for i, t in enumerate(texts) if t.strip()}
         params = bundle.decode_params(num_beams=beam_size, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
                                       num_return_sequences=n_best, **overrides)
         results: dict[int, Translation] = {i: Translation("", 0.0, [], "eos", []) for i in range(len(texts))

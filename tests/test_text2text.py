@@ -173,3 +173,28 @@ def test_alone_equals_inside_a_busy_mixed_batch(text2text_checkpoints, name, sta
     for key, _, _, alone in jobs:
         assert results[key].token_ids == alone.token_ids, key
         assert results[key].score == pytest.approx(alone.score, abs=1e-4)
+
+
+def test_a_madlad_text_may_name_its_target_itself(text2text_checkpoints, tmp_path):
+    """MADLAD's own prompt form ("<2de> ...", as its model card writes it) needs no target_lang: the CLI, the
+    Translator and transformers' generate on the same text agree; a target_lang that disagrees is refused."""
+    path = text2text_checkpoints["madlad"]
+    hf_tok, hf_model = AutoTokenizer.from_pretrained(path), AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    texts = [s.removeprefix("summarize: ") for s in lines("madlad")]
+    named = [f"<2de> {t}" for t in texts[:3]] + [f"<2fr> {t}" for t in texts[3:]]
+    expected = hf_generate(hf_tok, hf_model, named, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
+    src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(named) + "\n", encoding="utf-8")
+    assert translate_cli(["--model", str(path), "--input", str(src), "--output", str(out), "--beam-size", "1",
+                          "--max-new-tokens", str(MAX_NEW_TOKENS)]) == 0
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    translator = Translator.from_pretrained(path)
+    assert [t.text for t in translator.translate(texts[:3], target_lang="de", beam_size=1,
+                                                 max_new_tokens=MAX_NEW_TOKENS)] == expected[:3]
+    assert [t.text for t in translator.translate(named[:3], target_lang="deu", beam_size=1,  # the same, agreeing
+                                                 max_new_tokens=MAX_NEW_TOKENS)] == expected[:3]
+    with pytest.raises(UnsupportedLanguage, match=r"target_lang 'fr' disagrees with the target the text names at "
+                                                  r"its start \('de'\)"):
+        translator.translate(named[:1], target_lang="fr")
+    with pytest.raises(UnsupportedLanguage, match="target_lang is required"):
+        translator.translate([named[0], texts[1]])  # one text names no target

@@ -74,3 +74,38 @@ def test_bad_generation_rules_get_422_naming_the_field(served):
                         ({"min_new_tokens": -2}, "min_new_tokens")):
         response = client.post("/v1/generate", json={"model": paths["t5_v1_1"].name, "text": "x", **body})
         assert response.status_code == 422 and response.json()["error"]["field"] == field, response.text
+
+
+def test_madlad_texts_may_name_their_own_targets(served):
+    """"<2de> ..." needs no target_lang, and every sentence of such a text goes into that target; a target_lang
+    that disagrees is a 422 naming it, on /v1/translate and /v1/generate alike."""
+    client, paths = served
+    madlad, text = paths["madlad"].name, "The house by the river. The train leaves tomorrow."
+
+    def translate(**body):
+        response = client.post("/v1/translate", json={"model": madlad, "max_new_tokens": 20, **body})
+        assert response.status_code == 200, response.text
+        return [t["text"] for t in response.json()["translations"]]
+
+    assert translate(text="<2de> " + text) == translate(text=text, target_lang="de")
+    house = [translate(text="The house.", target_lang=target)[0] for target in ("de", "fr")]
+    assert translate(text=["<2de> The house.", "<2fr> The house."]) == house
+    generated = client.post("/v1/generate", json={"model": madlad, "text": "<2fr> The house.", "max_new_tokens": 20})
+    assert generated.json()["text"] == expected(paths["madlad"], "<2fr> The house.", max_new_tokens=20)
+    for route, body in (("/v1/translate", {"text": "<2de> " + text, "target_lang": "fr"}),
+                        ("/v1/generate", {"text": "<2de> The house.", "target_lang": "fr"})):
+        response = client.post(route, json={"model": madlad, **body})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "target_lang"
+        assert "disagrees with the target the text names at its start ('de')" in response.json()["error"]["message"]
+
+
+def test_an_opus_mt_text_may_name_its_target_itself():
+    """A multi-target OPUS-MT model's ">>fr<< ..." (the demo model's): every sentence goes into French."""
+    with in_process_client(SETTINGS) as client:
+        def translate(**body):
+            return client.post("/v1/translate", json=body).json()["translations"][0]["text"]
+
+        french = translate(text="forty-two. seven.", target_lang="fr")
+        assert translate(text=">>fr<< forty-two. seven.") == french
+        assert french.endswith("sept")  # the second sentence too

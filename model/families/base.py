@@ -29,6 +29,14 @@ class Languages:
     default_source: str | None = None
     default_target: str | None = None
     target_required: bool = False  # a token names the target (forced first, or MADLAD's <2xx>): a translation needs one
+    named_target: re.Pattern | None = None  # how a text may name its target at its start (MADLAD: <2pt>), group 1
+
+    def split_named_target(self, text: str) -> tuple[str | None, str]:
+        """(the target `text` names at its start, the text after it), or (None, text) when it names none."""
+        match = self.named_target.match(text) if self.named_target else None
+        if match is None or match.group(1) not in self.target:
+            return None, text
+        return match.group(1), text[match.end():]
 
 
 class Tokenizer(Protocol):

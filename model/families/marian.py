@@ -10,6 +10,7 @@ parity with transformers is the default.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -52,6 +53,9 @@ def config_json(config: ModelConfig) -> dict:
 SPIECE_UNDERLINE = "▁"
 
 
+NAMED_TARGET = re.compile(r"\s*>>([^<>\s]+)<<\s*")  # a multi-target model's ">>fra<< Hello", as written for it
+
+
 class MarianTokenizer:
     def __init__(self, source_spm: Path, target_spm: Path, vocab: dict[str, int],
                  target_vocab: dict[str, int] | None = None, source_lang: str | None = None,
@@ -78,7 +82,8 @@ class MarianTokenizer:
             k for k in vocab if k.startswith(">>") and k.endswith("<<")]
         targets = tuple(code[2:-2] for code in self.language_codes) or ((target_lang,) if target_lang else ())
         self.languages = Languages(source=(source_lang,) if source_lang else (), target=targets,
-                                   default_source=source_lang, default_target=targets[0] if len(targets) == 1 else None)
+                                   default_source=source_lang, default_target=targets[0] if len(targets) == 1 else None,
+                                   named_target=NAMED_TARGET if self.language_codes else None)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path) -> "MarianTokenizer":

@@ -26,6 +26,7 @@ DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
                 relative_attention_num_buckets=32, relative_attention_max_distance=128, layer_norm_epsilon=1e-6,
                 feed_forward_proj="relu", pad_token_id=0, eos_token_id=1, n_positions=512)
 TARGET_TOKEN = re.compile(r"<2([A-Za-z][A-Za-z0-9_-]*)>")  # MADLAD: <2de>, <2zh_Latn>
+NAMED_TARGET = re.compile(r"\s*" + TARGET_TOKEN.pattern + r"\s*")  # as MADLAD's model card writes it: "<2pt> I love"
 
 
 def model_config(raw: dict, source: str) -> ModelConfig:
@@ -140,7 +141,8 @@ class T5Tokenizer(PiecesTokenizer):
         if self.eos_id is None or self.pad_id is None:
             raise CheckpointError(f"tokenizer: missing {eos_token!r} or {pad_token!r}")
         codes = target_codes(pieces)
-        self.languages = Languages(target=tuple(codes), target_required=bool(codes))
+        self.languages = Languages(target=tuple(codes), target_required=bool(codes),
+                                   named_target=NAMED_TARGET if codes else None)
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         prefix = f"<2{target_lang}> " if target_lang is not None and self.languages.target else ""

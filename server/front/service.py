@@ -30,19 +30,23 @@ class ModelService:
         self.engine.stop()
 
     # ---- validation: every limit is checked before anything is queued -----------------------------------
-    def _languages(self, source_lang: str | None, target_lang: str | None,
-                   translating: bool = True) -> tuple[str | None, str | None]:
+    def _targets(self, source_lang: str | None, target_lang: str | None, texts: tuple[str, ...],
+                 translating: bool = True) -> tuple[str | None, list[tuple[str, str | None]]]:
+        """The model's source code, and each text without the target it may name at its start with its target;
+        a language the model lacks, or a text naming another target than target_lang, is a 422."""
         try:
-            return self.bundle.resolve_languages(source_lang, target_lang, translating)
+            source_lang, target_lang = self.bundle.resolve_languages(source_lang, target_lang, translating, texts)
+            return source_lang, [self.bundle.text_target(text, target_lang) for text in texts]
         except UnsupportedLanguage as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field=e.field, limit=list(e.supported)) from None
 
-    def _sources(self, texts: tuple[str, ...], fields: tuple[str, ...], source_lang: str | None,
-                 target_lang: str | None, encoded: dict[str, Source] | None = None) -> list[Source]:
-        """Encoder ids per text (from `encoded` when tokenized already); `fields` names each text in error
-        messages (text, text[3])."""
+    def _sources(self, texts: list[str], fields: list[str], source_lang: str | None, targets: list[str | None],
+                 encoded: dict[tuple[str | None, str], Source] | None = None) -> list[Source]:
+        """Encoder ids per text and its target (from `encoded` when tokenized already); `fields` names each text in
+        error messages (text, text[3])."""
         encoded = encoded or {}
-        sources = [encoded.get(t) or self.bundle.source(t, source_lang, target_lang) for t in texts]
+        sources = [encoded.get((target, t)) or self.bundle.source(t, source_lang, target)
+                   for t, target in zip(texts, targets)]
         for source, name in zip(sources, fields):
             if len(source.ids) > self.settings.max_input_tokens:
                 raise InvalidRequest(f"{name} has {len(source.ids)} tokens; at most {self.settings.max_input_tokens}",
@@ -75,13 +79,14 @@ class ModelService:
         """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
         running batch, and each text is rebuilt from its sentences' translations. (The number of texts is checked
         by front.dispatch, which every job passes.)"""
-        source_lang, target_lang = self._languages(job.source_lang, job.target_lang)
+        source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options, job.beams_field)
-        encoded: dict[str, Source] = {}  # sentences tokenized while cutting the texts, not tokenized again
-        documents = Documents([self._document(text, name, job.text_options, source_lang, target_lang, encoded)
-                               for text, name in zip(job.texts, job.fields)])
+        encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
+        documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
+                               for (text, target), name in zip(targeted, job.fields)])
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
-        sources = self._sources(tuple(documents.units), tuple(fields), source_lang, target_lang, encoded)
+        targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
+        sources = self._sources(documents.units, fields, source_lang, targets, encoded)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
@@ -90,20 +95,23 @@ class ModelService:
         alignments = await self._alignments(documents, sources, finals)
         rendered = documents.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
         texts = [self._translated(text, hyps) for text, hyps in zip(rendered, documents.per_document(finals))]
+        named = {target for _, target in targeted}
+        target_lang = named.pop() if len(named) == 1 else None  # texts that name their own targets may differ
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
-                  target_lang: str | None, encoded: dict[str, Source]) -> Document:
+                  target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:
         limit = self.settings.max_document_chars
         if len(text) > limit:
             raise InvalidRequest(f"{field} has {len(text)} characters; at most {limit}", field=field, limit=limit)
 
         def fits(sentence: str) -> bool:
-            if sentence not in encoded:
-                encoded[sentence] = self.bundle.source(sentence, source_lang, target_lang)
-            return len(encoded[sentence].ids) <= self.settings.max_input_tokens
+            key = (target_lang, sentence)
+            if key not in encoded:
+                encoded[key] = self.bundle.source(sentence, source_lang, target_lang)
+            return len(encoded[key].ids) <= self.settings.max_input_tokens
 
         language = iso_code(source_lang) if source_lang else None
         try:
@@ -138,8 +146,8 @@ class ModelService:
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
         params = self._params(job.options, job.beams_field)
-        source_lang, target_lang = self._languages(job.source_lang, job.target_lang, translating=False)
-        source, = self._sources((job.text,), ("text",), source_lang, target_lang)
+        source_lang, [(text, target)] = self._targets(job.source_lang, job.target_lang, (job.text,), translating=False)
+        source, = self._sources([text], ["text"], source_lang, [target])
         (sequence, queue), = self.engine.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)
         stops = [s for s in job.stop if s]
