@@ -39,7 +39,7 @@ def route_path(scope) -> str:
 BAD_REQUEST: Mapping[type[ServerError], int] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ErrorStyle:
     """How one API writes an error: `body(error)` with the API's status for the error's class (the domain error's
     own status where the API has none of its own), and the routes whose errors it renders."""
