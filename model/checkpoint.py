@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 import torch
+from torch import nn
 from safetensors.torch import load_file, save_file
 
 from .architecture import ModelConfig
@@ -67,6 +70,28 @@ def read_weights(files: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, 
     return state, origin
 
 
+# The random initializations modules' constructors run (nn.Linear, nn.Embedding); constant ones (zeros, ones) stay.
+RANDOM_INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
+                "trunc_normal_")
+_init_lock = threading.Lock()
+
+
+@contextmanager
+def without_random_init():
+    """Modules built inside keep their parameters as allocated: a checkpoint fills every one (load_network checks
+    that the key map covers them all), so drawing random values first is wasted time. Under a lock, so concurrent
+    loads neither see each other's patch nor restore it."""
+    with _init_lock:
+        saved = {name: getattr(nn.init, name) for name in RANDOM_INITS}
+        try:
+            for name in RANDOM_INITS:
+                setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+            yield
+        finally:
+            for name, init in saved.items():
+                setattr(nn.init, name, init)
+
+
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  pack_tied_output: bool = True) -> Seq2SeqTransformer:
@@ -74,7 +99,8 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     projection with its own packed and transposed copies of the embedding matrix when pack_tied_output."""
     path, files = weight_files(model_dir)
     state, origin = read_weights(files)
-    model = Seq2SeqTransformer(config)
+    with without_random_init():
+        model = Seq2SeqTransformer(config)
     expected = model.state_dict()
     loaded, used = {}, set(ignored)
     for ours, parts in key_map(config).items():

@@ -106,3 +106,19 @@ def test_cli_rejects_unknown_target_language(checkpoint, tmp_path, capsys):
     src.write_text("hello\n")
     assert translate_cli(["--model", str(checkpoint), "--input", str(src), "--target-lang", "xx"]) == 1
     assert "de, fr" in capsys.readouterr().err
+
+
+def test_random_init_is_skipped_only_while_building_and_restored():
+    """load_network builds the network without drawing random values the checkpoint overwrites; torch's random
+    initializations work again afterwards, and constant ones (an absent output bias is zero) ran inside."""
+    from torch import nn
+
+    from model.checkpoint import RANDOM_INITS, without_random_init
+
+    before = {name: getattr(nn.init, name) for name in RANDOM_INITS}
+    with without_random_init():
+        layer = nn.Linear(64, 64)
+        nn.init.zeros_(layer.bias)
+    assert {name: getattr(nn.init, name) for name in RANDOM_INITS} == before
+    assert torch.count_nonzero(layer.bias) == 0
+    assert torch.count_nonzero(nn.Linear(64, 64).weight) > 0
