@@ -152,7 +152,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     if weights:
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
                                dtype=DTYPES.get(dtype, torch.float32),
-                               pack_tied_output=pack_tied_output and dtype != "int8")  # int8 unpacks everything
+                               pack_tied_output=pack_tied_output, onednn=dtype != "int8")  # int8: plain Linears
         if dtype == "int8":
             network = quantize_int8(network)
         if network.device.type == "cpu":

@@ -15,7 +15,9 @@ from typing import Callable
 
 import torch
 from torch import nn
-from safetensors.torch import load_file, save_file
+import safetensors
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from .architecture import ModelConfig
 from .config import read_json
@@ -29,16 +31,6 @@ from .transformer import Seq2SeqTransformer
 WEIGHT_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                   "pytorch_model.bin.index.json")
 KeyMap = Callable[[ModelConfig], dict[str, Parts]]
-
-
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        if path.suffix == ".safetensors":
-            return load_file(str(path))
-        return torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
-    except (pickle.UnpicklingError, RuntimeError, OSError, ValueError) as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: cannot read weights ({first_line})") from None
 
 
 def weight_files(model_dir: Path) -> tuple[Path, list[Path]]:
@@ -60,14 +52,60 @@ def weight_files(model_dir: Path) -> tuple[Path, list[Path]]:
     raise CheckpointError(f"{model_dir}: no weights file ({', '.join(WEIGHT_LAYOUTS)})")
 
 
-def read_weights(files: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Path]]:
-    """Every tensor of the files, and the file each came from (for errors)."""
-    state, origin = {}, {}
+def tensor_shapes(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    """Every tensor's file and shape, from safetensors' headers or a memory-mapped pickle: no data read."""
+    shapes = {}
     for path in files:
-        shard = read_state_dict(path)
-        origin.update(dict.fromkeys(shard, path))
-        state.update(shard)
-    return state, origin
+        if path.suffix == ".safetensors":
+            try:
+                with safe_open(str(path), "pt") as f:
+                    shapes.update((key, (path, tuple(f.get_slice(key).get_shape()))) for key in f.keys())
+            except (OSError, ValueError, safetensors.SafetensorError) as e:
+                raise CheckpointError(f"{path}: cannot read weights ({first_line(e)})") from None
+        else:
+            shapes.update((key, (path, tuple(t.shape))) for key, t in read_pickle(path).items())
+    return shapes
+
+
+def read_pickle(path: Path) -> dict[str, torch.Tensor]:
+    """A pickled state dict, memory-mapped (its tensors are read when touched) unless it is in torch's legacy
+    format, which cannot be; never arbitrary objects."""
+    try:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "_use_new_zipfile_serialization" not in str(e):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot read weights ({first_line(e)})") from None
+
+
+def first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def fill(files: list[Path], destinations: dict[str, torch.Tensor]) -> None:
+    """Each checkpoint tensor copied into its destination (a parameter, or its rows of a fused one), cast to the
+    destination's dtype, file by file: a safetensors tensor is mapped only while it is copied, a pickle's while its
+    file is, so a load holds the weights once plus at most one file's pages."""
+    for path in files:
+        if path.suffix == ".safetensors":
+            keys = [key for key in safetensors_keys(path) if key in destinations]
+            for key in keys:
+                with safe_open(str(path), "pt") as f:
+                    destinations[key].copy_(f.get_tensor(key))
+        else:
+            state = read_pickle(path)
+            for key, tensor in state.items():
+                if key in destinations:
+                    destinations[key].copy_(tensor)
+            del state
+
+
+def safetensors_keys(path: Path) -> list[str]:
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
 
 
 # The random initializations modules' constructors run (nn.Linear, nn.Embedding); constant ones (zeros, ones) stay.
@@ -94,45 +132,48 @@ def without_random_init():
 
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 pack_tied_output: bool = True) -> Seq2SeqTransformer:
-    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
-    projection with its own packed and transposed copies of the embedding matrix when pack_tied_output."""
+                 pack_tied_output: bool = True, onednn: bool = True) -> Seq2SeqTransformer:
+    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels; not when `onednn`
+    is False: a model about to be quantized), a tied output projection with its own packed and transposed copies
+    of the embedding matrix when pack_tied_output."""
     path, files = weight_files(model_dir)
-    state, origin = read_weights(files)
+    shapes = tensor_shapes(files)
     with without_random_init():
         model = Seq2SeqTransformer(config)
-    expected = model.state_dict()
-    loaded, used = {}, set(ignored)
+    model = model.to(device=device, dtype=dtype).eval()  # nothing loaded yet: no copy of the weights made here
+    params = model.state_dict()  # views of the parameters: filling them fills the model
+    destinations, used = {}, set(ignored)
     for ours, parts in key_map(config).items():
-        tensors = []
+        keys = []
         for alternatives in parts:
-            key = next((k for k in alternatives if k in state), None)
+            key = next((k for k in alternatives if k in shapes), None)
             if key is None:
-                if ours == OUTPUT_BIAS:  # optional, as in transformers
+                if ours == OUTPUT_BIAS:  # optional, as in transformers: zero, as built
                     break
                 raise CheckpointError(f"{path}: missing key {alternatives[0]!r}")
-            tensors.append(state[key])
+            keys.append(key)
             used.update(alternatives)
-        if not tensors:
+        if not keys:
             continue
-        value = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
-        value = value.reshape(-1) if ours == OUTPUT_BIAS else value
-        if value.shape != expected[ours].shape:
-            keys = [next(k for k in alternatives if k in state) for alternatives in parts]
-            got = " + ".join(f"{k} {tuple(t.shape)}" for k, t in zip(keys, tensors))
-            raise CheckpointError(f"{origin[keys[0]]}: {got} does not match the expected shape "
-                                  f"{tuple(expected[ours].shape)} from config.json")
-        loaded[ours] = value
-    unexpected = sorted(set(state) - used)
+        target = params[ours].reshape(1, -1) if ours == OUTPUT_BIAS else params[ours]  # stored (1, V)
+        rows = [shapes[k][1][0] if shapes[k][1] else 0 for k in keys]
+        if sum(rows) != target.shape[0] or any(shapes[k][1][1:] != target.shape[1:] for k in keys):
+            got = " + ".join(f"{k} {shapes[k][1]}" for k in keys)
+            raise CheckpointError(f"{shapes[keys[0]][0]}: {got} does not match the expected shape "
+                                  f"{tuple(params[ours].shape)} from config.json")
+        for key, part in zip(keys, target.split(rows)):  # a fused projection's parts: its rows, in order
+            destinations[key] = part
+    unexpected = sorted(set(shapes) - used)
     if unexpected:
-        raise CheckpointError(f"{origin[unexpected[0]]}: unexpected key {unexpected[0]!r}" +
+        raise CheckpointError(f"{shapes[unexpected[0]][0]}: unexpected key {unexpected[0]!r}" +
                               (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
-    model.load_state_dict(loaded, strict=False)
-    missing = {name for name, _ in model.named_parameters()} - set(loaded) - {OUTPUT_BIAS}  # tied: listed once
+    filled = {name for name, p in params.items() if any(d.data_ptr() == p.data_ptr() for d in destinations.values())}
+    missing = {name for name, _ in model.named_parameters()} - filled - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
-    del state, origin, expected, loaded  # the files' tensors and views of the weights: freed before packing
-    model = model.to(device=device, dtype=dtype).eval()
-    if model.device.type == "cpu" and dtype == torch.float32:
+    with torch.no_grad():
+        fill(files, destinations)
+    del params, destinations
+    if onednn and model.device.type == "cpu" and dtype == torch.float32:
         use_onednn_linears(model, pack_shared=pack_tied_output)
     return model
 

@@ -1,7 +1,8 @@
 """int8 dynamic quantization for CPU inference: Linear weights stored as int8, activations quantized per step.
 
 Uses torch.ao's dynamic quantization (deprecated upstream in favour of torchao, still shipped and working in
-torch 2.13). Embeddings stay float; the output projection gets its own int8 copy of the tied weight.
+torch 2.13). Embeddings stay float; the output projection gets its own int8 copy of the tied weight. In place: the
+float weights of each Linear are freed as it is quantized, never copied as a whole model first.
 """
 
 from __future__ import annotations
@@ -21,5 +22,5 @@ def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
     use_onednn_linears(model, enable=False)  # torch.ao quantizes plain nn.Linear modules only
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
     return quantized
