@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -31,6 +32,16 @@ from .transformer import Seq2SeqTransformer
 WEIGHT_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                   "pytorch_model.bin.index.json")
 KeyMap = Callable[[ModelConfig], dict[str, Parts]]
+LAYER_LISTS = ("encoder_layers", "decoder_layers")  # the network's layers, each filled whole before the next
+
+
+def whole_unit(name: str, own_output: bool) -> str | None:
+    """The module a parameter belongs to that on_layer gets once filled: its encoder or decoder layer, or an untied
+    output projection (a tied one shares the embeddings, which may come later)."""
+    parts = name.split(".")
+    if parts[0] in LAYER_LISTS:
+        return ".".join(parts[:2])
+    return "lm_head" if parts[0] == "lm_head" and own_output else None
 
 
 def weight_files(model_dir: Path) -> tuple[Path, list[Path]]:
@@ -85,27 +96,40 @@ def first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def fill(files: list[Path], destinations: dict[str, torch.Tensor]) -> None:
+CHUNK_BYTES = 16 * 2**20
+
+
+def copy_from_safetensors(destination: torch.Tensor, path: Path, key: str) -> None:
+    """A safetensors tensor into `destination`, a block of rows at a time, the file mapped only while a block is
+    read (its pages count as this process's memory while mapped): a large tensor is never held twice."""
+    rows = destination.shape[0] if destination.dim() else 1
+    step = max(1, CHUNK_BYTES // max(1, destination.numel() // rows * destination.element_size()))
+    for start in range(0, rows, step):
+        with safe_open(str(path), "pt") as f:
+            source = f.get_slice(key)
+            if destination.dim() == 0:
+                destination.copy_(source[:])
+            else:
+                destination[start:start + step].copy_(source[start:start + step])
+
+
+def fill(destinations: dict[str, tuple[torch.Tensor, Path]], filled: Callable[[str], None]) -> None:
     """Each checkpoint tensor copied into its destination (a parameter, or its rows of a fused one), cast to the
-    destination's dtype, file by file: a safetensors tensor is mapped only while it is copied, a pickle's while its
-    file is, so a load holds the weights once plus at most one file's pages."""
-    for path in files:
+    destination's dtype, in the order given; `filled(key)` after each. A safetensors tensor is mapped only while it
+    is copied, a pickle's file while its tensors come in a row: a load holds the weights once plus at most one
+    file's pages."""
+    pickled, state = None, {}
+    for key in list(destinations):
+        destination, path = destinations.pop(key)  # held no longer than copied: int8 frees a filled layer's floats
         if path.suffix == ".safetensors":
-            keys = [key for key in safetensors_keys(path) if key in destinations]
-            for key in keys:
-                with safe_open(str(path), "pt") as f:
-                    destinations[key].copy_(f.get_tensor(key))
+            copy_from_safetensors(destination, path, key)
         else:
-            state = read_pickle(path)
-            for key, tensor in state.items():
-                if key in destinations:
-                    destinations[key].copy_(tensor)
-            del state
-
-
-def safetensors_keys(path: Path) -> list[str]:
-    with safe_open(str(path), "pt") as f:
-        return list(f.keys())
+            if path != pickled:
+                state = {}  # the previous file's mapping goes first
+                pickled, state = path, read_pickle(path)
+            destination.copy_(state[key])
+        del destination
+        filled(key)
 
 
 # The random initializations modules' constructors run (nn.Linear, nn.Embedding); constant ones (zeros, ones) stay.
@@ -132,17 +156,21 @@ def without_random_init():
 
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 pack_tied_output: bool = True, onednn: bool = True) -> Seq2SeqTransformer:
+                 pack_tied_output: bool = True, onednn: bool = True,
+                 on_layer: Callable[[nn.Module], None] | None = None) -> Seq2SeqTransformer:
     """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels; not when `onednn`
     is False: a model about to be quantized), a tied output projection with its own packed and transposed copies
-    of the embedding matrix when pack_tied_output."""
+    of the embedding matrix when pack_tied_output. `on_layer(layer)` runs on each encoder and decoder layer as soon
+    as its weights are in, and on an untied output projection (int8 quantizes them there, so the float32 model
+    never exists whole)."""
     path, files = weight_files(model_dir)
     shapes = tensor_shapes(files)
     with without_random_init():
         model = Seq2SeqTransformer(config)
     model = model.to(device=device, dtype=dtype).eval()  # nothing loaded yet: no copy of the weights made here
     params = model.state_dict()  # views of the parameters: filling them fills the model
-    destinations, used = {}, set(ignored)
+    destinations, layer_of, used = {}, {}, set(ignored)
+    own_output = "lm_head.weight" in key_map(config)  # untied: the output projection is filled on its own
     for ours, parts in key_map(config).items():
         keys = []
         for alternatives in parts:
@@ -162,17 +190,28 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
             raise CheckpointError(f"{shapes[keys[0]][0]}: {got} does not match the expected shape "
                                   f"{tuple(params[ours].shape)} from config.json")
         for key, part in zip(keys, target.split(rows)):  # a fused projection's parts: its rows, in order
-            destinations[key] = part
+            destinations[key] = part, shapes[key][0]
+            layer_of[key] = whole_unit(ours, own_output)
     unexpected = sorted(set(shapes) - used)
     if unexpected:
         raise CheckpointError(f"{shapes[unexpected[0]][0]}: unexpected key {unexpected[0]!r}" +
                               (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
-    filled = {name for name, p in params.items() if any(d.data_ptr() == p.data_ptr() for d in destinations.values())}
+    filled = {name for name, p in params.items()
+              if any(d.data_ptr() == p.data_ptr() for d, _ in destinations.values())}
     missing = {name for name, _ in model.named_parameters()} - filled - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
+    waiting = Counter(layer for layer in layer_of.values() if layer is not None)
+
+    def filled_one(key: str) -> None:
+        layer = layer_of[key]
+        if layer is not None and on_layer is not None:
+            waiting[layer] -= 1
+            if waiting[layer] == 0:
+                on_layer(model.get_submodule(layer))
+
+    del params, target, part
     with torch.no_grad():
-        fill(files, destinations)
-    del params, destinations
+        fill(destinations, filled_one)
     if onednn and model.device.type == "cpu" and dtype == torch.float32:
         use_onednn_linears(model, pack_shared=pack_tied_output)
     return model

@@ -33,3 +33,12 @@ def keep_freed_memory() -> bool:
     done = [mallopt(M_MMAP_THRESHOLD, HEAP_ALLOCATIONS_UP_TO), mallopt(M_TRIM_THRESHOLD, KEEP_FREED_UP_TO),
             mallopt(M_ARENA_MAX, 1)]
     return all(done)
+
+
+def release_freed_memory() -> None:
+    """Give the memory malloc keeps freed back to the system now (while a model loads: what it frees is not
+    needed again by the next step). A no-op elsewhere than glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
