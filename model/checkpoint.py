@@ -14,15 +14,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-import torch
-from torch import nn
 import safetensors
+import torch
 from safetensors import safe_open
+from torch import nn
 from safetensors.torch import save_file
 
 from .architecture import ModelConfig
 from .config import read_json
 from .cpu_kernels import use_onednn_linears
+from .cpu_memory import forget_mapped_pages
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
 from .transformer import Seq2SeqTransformer
@@ -74,20 +75,20 @@ def tensor_shapes(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...]]]:
             except (OSError, ValueError, safetensors.SafetensorError) as e:
                 raise CheckpointError(f"{path}: cannot read weights ({first_line(e)})") from None
         else:
-            shapes.update((key, (path, tuple(t.shape))) for key, t in read_pickle(path).items())
+            shapes.update((key, (path, tuple(t.shape))) for key, t in read_pickle(path)[0].items())
     return shapes
 
 
-def read_pickle(path: Path) -> dict[str, torch.Tensor]:
-    """A pickled state dict, memory-mapped (its tensors are read when touched) unless it is in torch's legacy
-    format, which cannot be; never arbitrary objects."""
+def read_pickle(path: Path) -> tuple[dict[str, torch.Tensor], bool]:
+    """A pickled state dict and whether it is memory-mapped (its tensors read when touched): it is unless it is in
+    torch's legacy format, which cannot be; never arbitrary objects."""
     try:
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True), True
         except RuntimeError as e:
             if "_use_new_zipfile_serialization" not in str(e):
                 raise
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True), False
     except (pickle.UnpicklingError, RuntimeError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: cannot read weights ({first_line(e)})") from None
 
@@ -99,35 +100,52 @@ def first_line(error: Exception) -> str:
 CHUNK_BYTES = 16 * 2**20
 
 
-def copy_from_safetensors(destination: torch.Tensor, path: Path, key: str) -> None:
-    """A safetensors tensor into `destination`, a block of rows at a time, the file mapped only while a block is
-    read (its pages count as this process's memory while mapped): a large tensor is never held twice."""
-    rows = destination.shape[0] if destination.dim() else 1
-    step = max(1, CHUNK_BYTES // max(1, destination.numel() // rows * destination.element_size()))
-    for start in range(0, rows, step):
+def copy_in_blocks(destination: torch.Tensor, read: Callable[[int, int], torch.Tensor],
+                   done: Callable[[torch.Tensor], None] | None = None) -> None:
+    """`destination` filled a block of rows at a time from `read(first row, end row)` (`done(block)` after each):
+    a large tensor (an embedding matrix) is never held twice."""
+    if destination.dim() == 0:
+        blocks = [(destination, 0, 1)]
+    else:
+        step = max(1, CHUNK_BYTES // max(1, destination[0].numel() * destination.element_size()))
+        blocks = [(destination[i:i + step], i, i + step) for i in range(0, destination.shape[0], step)]
+    for target, first, end in blocks:
+        block = read(first, end)
+        target.copy_(block if destination.dim() else block.reshape(()))
+        if done is not None:
+            done(block)
+
+
+def safetensors_rows(path: Path, key: str) -> Callable[[int, int], torch.Tensor]:
+    """Rows of a safetensors tensor, the file mapped only while they are read (its pages count as this process's
+    memory while mapped)."""
+    def read(first: int, end: int) -> torch.Tensor:
         with safe_open(str(path), "pt") as f:
             source = f.get_slice(key)
-            if destination.dim() == 0:
-                destination.copy_(source[:])
-            else:
-                destination[start:start + step].copy_(source[start:start + step])
+            return source[first:end] if source.get_shape() else source[:]
+
+    return read
 
 
 def fill(destinations: dict[str, tuple[torch.Tensor, Path]], filled: Callable[[str], None]) -> None:
     """Each checkpoint tensor copied into its destination (a parameter, or its rows of a fused one), cast to the
     destination's dtype, in the order given; `filled(key)` after each. A safetensors tensor is mapped only while it
-    is copied, a pickle's file while its tensors come in a row: a load holds the weights once plus at most one
-    file's pages."""
-    pickled, state = None, {}
+    is copied, a memory-mapped pickle's pages are dropped as each tensor is copied: a load holds the weights once
+    plus about one tensor."""
+    pickled, state, mapped = None, {}, False
     for key in list(destinations):
         destination, path = destinations.pop(key)  # held no longer than copied: int8 frees a filled layer's floats
         if path.suffix == ".safetensors":
-            copy_from_safetensors(destination, path, key)
+            copy_in_blocks(destination, safetensors_rows(path, key))
         else:
             if path != pickled:
                 state = {}  # the previous file's mapping goes first
-                pickled, state = path, read_pickle(path)
-            destination.copy_(state[key])
+                state, mapped = read_pickle(path)
+                pickled = path
+            source = state[key].contiguous()  # (a mapped tensor is; contiguous() copies only one that is not)
+            # a mapped file's pages count as this process's once read: dropped block by block
+            copy_in_blocks(destination, lambda first, end: source[first:end] if source.dim() else source,
+                           forget_mapped_pages if mapped and source.data_ptr() == state[key].data_ptr() else None)
         del destination
         filled(key)
 

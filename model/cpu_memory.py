@@ -17,6 +17,9 @@ Elsewhere than glibc this is a no-op.
 from __future__ import annotations
 
 import ctypes
+import mmap
+
+import torch
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # mallopt's parameter numbers (malloc.h)
 HEAP_ALLOCATIONS_UP_TO = 32 * 2**20
@@ -33,6 +36,25 @@ def keep_freed_memory() -> bool:
     done = [mallopt(M_MMAP_THRESHOLD, HEAP_ALLOCATIONS_UP_TO), mallopt(M_TRIM_THRESHOLD, KEEP_FREED_UP_TO),
             mallopt(M_ARENA_MAX, 1)]
     return all(done)
+
+
+MADV_DONTNEED = 4
+PAGE = mmap.PAGESIZE
+
+
+def forget_mapped_pages(tensor: torch.Tensor) -> None:
+    """Drop the pages of a contiguous tensor read from a memory-mapped file from this process's memory (the file
+    keeps its bytes; a later read maps them again). Rounded out to whole pages: neighbours' pages go too and come
+    back when read. Never for memory of the process's own, which this would zero. A no-op elsewhere than a C
+    library with madvise."""
+    start = tensor.data_ptr() // PAGE * PAGE
+    end = -(-(tensor.data_ptr() + tensor.numel() * tensor.element_size()) // PAGE) * PAGE
+    try:
+        madvise = ctypes.CDLL(None).madvise
+    except (OSError, AttributeError):
+        return
+    madvise.argtypes, madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    madvise(start, end - start, MADV_DONTNEED)
 
 
 def release_freed_memory() -> None:
