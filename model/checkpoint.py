@@ -188,8 +188,9 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     model = model.to(device=device, dtype=dtype).eval()  # nothing loaded yet: no copy of the weights made here
     params = model.state_dict()  # views of the parameters: filling them fills the model
     destinations, layer_of, used = {}, {}, set(ignored)
-    own_output = "lm_head.weight" in key_map(config)  # untied: the output projection is filled on its own
-    for ours, parts in key_map(config).items():
+    ours_parts = key_map(config)
+    own_output = "lm_head.weight" in ours_parts  # untied: the output projection is filled on its own
+    for ours, parts in ours_parts.items():
         keys = []
         for alternatives in parts:
             key = next((k for k in alternatives if k in shapes), None)
