@@ -44,7 +44,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    native.add_routes(app, settings)
+    native.add_routes(app, app.state.served)
     libretranslate.STYLE.add_routes(app)
     deepl.STYLE.add_routes(app)
     app.router.add_api_route("/healthz", healthz, methods=["GET"])

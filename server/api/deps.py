@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 
 from ..errors import Unauthorized
 from ..front import ModelProvider
@@ -26,9 +26,8 @@ class AppState:
     downloads: Downloads  # LibreTranslate's translated files
 
 
-def served(request: Request | FastAPI) -> AppState:
-    """The state of a request's app (or of the app itself)."""
-    return (request if isinstance(request, FastAPI) else request.app).state.served
+def served(request: Request) -> AppState:
+    return request.app.state.served
 
 
 async def authorize(request: Request) -> None:

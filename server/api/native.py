@@ -15,8 +15,7 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
                       TranslationResult)
 from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
-from ..settings import Settings
-from .deps import authorize, caller, served
+from .deps import AppState, authorize, caller, served
 from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
@@ -176,11 +175,11 @@ def with_body(handler: Callable, schema: type) -> Callable:
     return endpoint
 
 
-def add_routes(app: FastAPI, settings: Settings) -> None:
+def add_routes(app: FastAPI, state: AppState) -> None:
     """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware), guarded
     by the caller's key where keys or limits are configured."""
-    TranslateBody, GenerateBody = request_schemas(settings)
-    guarded = [Depends(authorize)] if served(app).keys.enforcing else []
+    TranslateBody, GenerateBody = request_schemas(state.settings)
+    guarded = [Depends(authorize)] if state.keys.enforcing else []
 
     def add(path, endpoint, methods, **options):
         app.router.add_api_route(path, endpoint, methods=methods, dependencies=guarded, **options)
