@@ -15,7 +15,8 @@ from typing import Hashable
 import torch
 
 from .logits_rules import ActiveRules, RowRules
-from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, new_search, target_length
+from .search import (BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams, new_search,
+                     target_length)
 from .static_step import StaticStep
 from .transformer import Seq2SeqTransformer
 
@@ -192,13 +193,9 @@ class BatchDecoder:
                 s.advance(token, lp)
         if beams:
             top_tokens, top_logprobs = on_host[-2:]
-            first = 0
-            for s in beams:
-                k = s.params.num_beams
-                local = s.advance(top_logprobs[first: first + k], top_tokens[first: first + k])
+            for s, local in zip(beams, advance_beams(beams, top_logprobs, top_tokens)):
                 for row, parent in zip(s.rows, local):
                     parents[row] = s.rows[parent]
-                first += k
         for s in searches:  # sampling: one row at a time, each with its own generator (reproducible per seed)
             if isinstance(s, SingleSearch) and s.params.do_sample:
                 token = s.sample(scores[s.rows[0]])

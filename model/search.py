@@ -157,7 +157,8 @@ class SingleSearch(Search):
 
 
 class BeamSearch(Search):
-    """Beam search over num_beams rows; a port of transformers' vectorized beam search for one sentence."""
+    """Beam search over num_beams rows; a port of transformers' vectorized beam search for one sentence. The
+    searches of a batch step together (advance_beams)."""
 
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
@@ -168,67 +169,100 @@ class BeamSearch(Search):
         self.finished_seqs: list[list[int]] = [[] for _ in range(k)]
         self.is_finished = torch.zeros(k, dtype=torch.bool)
         self.improvable = True  # transformers' is_early_stop_heuristic_unsatisfied
-        self.candidate_is_top = torch.arange(2 * k) < k
-
-    def advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
-        """The best W ≥ 2·k processed log-probabilities of each of this request's rows and their tokens, (k, W)
-        each, sorted descending → parent row (local) per beam.
-
-        transformers takes the top 2·k of all k·V sums beam score + log-probability; adding a row's beam score
-        keeps the order within the row, so those 2·k are among the rows' own top 2·k.
-        """
-        p, k = self.params, self.params.num_beams
-        width = top_logprobs.shape[-1]
-        totals = (top_logprobs + self.running_scores[:, None]).reshape(-1)  # (k·W,)
-        cand_scores, cand_index = torch.topk(totals, 2 * k)
-        cand_parent, cand_token = cand_index // width, top_tokens.reshape(-1)[cand_index]
-        hits = (cand_token == self.eos_id) | (self.cur_len + 1 >= self.max_length)
-        cand_seqs = [self.sequences[b] + [t] for b, t in zip(cand_parent.tolist(), cand_token.tolist())]
-
-        # Beams that go on: the best k candidates that did not stop.
-        running = cand_scores + hits.float() * NEG_LARGE
-        keep = torch.topk(running, k).indices
-        self.running_scores = running[keep]
-        self.sequences = [cand_seqs[i] for i in keep.tolist()]
-        parents = cand_parent[keep].tolist()
-
-        # Finished hypotheses: only stopped candidates among the top k may enter the finished set.
-        just_finished = hits & self.candidate_is_top
-        scored = cand_scores / (self.cur_len ** p.length_penalty)
-        if p.early_stopping is True and bool(self.is_finished.all()):
-            scored = scored + NEG_LARGE
-        if not self.improvable:
-            scored = scored + NEG_LARGE
-        scored = scored + (~just_finished) * NEG_LARGE
-        merged = torch.cat((self.finished_scores, scored))
-        best = torch.topk(merged, k).indices
-        merged_seqs = self.finished_seqs + cand_seqs
-        self.finished_seqs = [merged_seqs[i] for i in best.tolist()]
-        self.finished_scores = merged[best]
-        self.is_finished = torch.cat((self.is_finished, just_finished))[best]
-
-        self.cur_len += 1
-        self._update_done(hits)
-        return parents
-
-    def _update_done(self, hits: torch.Tensor) -> None:
-        p = self.params
-        if p.early_stopping == "never" and p.length_penalty > 0.0:
-            best_len = self.max_length - 1
-        else:
-            best_len = self.cur_len - 1
-        best_possible = self.running_scores[:1] / (best_len ** p.length_penalty)
-        worst_finished = torch.where(self.is_finished, self.finished_scores.min(), NEG_LARGE)
-        self.improvable = self.improvable and bool((best_possible > worst_finished).any())
-        all_finished = bool(self.is_finished.all())
-        open_beam = not (all_finished and p.early_stopping is True)
-        self.done = not (self.improvable and open_beam and not bool(hits.all()))
 
     def results(self) -> list[Hypothesis]:
         out = []
         for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores.tolist()):
             out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
         return out
+
+
+def advance_beams(searches: list[BeamSearch], top_logprobs: torch.Tensor,
+                  top_tokens: torch.Tensor) -> list[list[int]]:
+    """Every beam search takes its next tokens. top_logprobs, top_tokens: (sum of num_beams, W) on the CPU, the
+    best W ≥ 2·k processed log-probabilities of each search's rows in turn and their tokens, sorted descending
+    → the parent row (local) of each beam, per search.
+
+    transformers takes the top 2·k of all k·V sums beam score + log-probability; adding a row's beam score
+    keeps the order within the row, so those 2·k are among the rows' own top 2·k. Searches of the same width k
+    step as one (G, k, W) batch: one set of tensor operations per step instead of one per search, which on a
+    GPU replica would otherwise dominate the step.
+    """
+    firsts = [0]
+    for s in searches:
+        firsts.append(firsts[-1] + s.params.num_beams)
+    parents: list[list[int]] = [[] for _ in searches]
+    by_width: dict[int, list[int]] = {}
+    for i, s in enumerate(searches):
+        by_width.setdefault(s.params.num_beams, []).append(i)
+    for k, group in by_width.items():
+        if len(group) == len(searches):
+            logprobs, tokens = top_logprobs, top_tokens
+        else:
+            rows = torch.tensor([r for i in group for r in range(firsts[i], firsts[i + 1])])
+            logprobs, tokens = top_logprobs[rows], top_tokens[rows]
+        for i, local in zip(group, _advance_width(k, [searches[i] for i in group], logprobs, tokens)):
+            parents[i] = local
+    return parents
+
+
+def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tensor,
+                   top_tokens: torch.Tensor) -> list[list[int]]:
+    """advance_beams for G searches of width k; top_logprobs, top_tokens (G·k, W)."""
+    g, width = len(searches), top_logprobs.shape[-1]
+    params = [s.params for s in searches]
+    cur_len = torch.tensor([[s.cur_len] for s in searches])  # (G, 1)
+    totals = (top_logprobs.view(g, k, width) + torch.stack([s.running_scores for s in searches])[:, :, None])
+    cand_scores, cand_index = torch.topk(totals.view(g, k * width), 2 * k)  # (G, 2k) each
+    cand_parent, cand_token = cand_index // width, top_tokens.view(g, k * width).gather(1, cand_index)
+    eos = torch.tensor([[s.eos_id] for s in searches])
+    max_length = torch.tensor([[s.max_length] for s in searches])
+    hits = (cand_token == eos) | (cur_len + 1 >= max_length)  # (G, 2k)
+
+    # Beams that go on: the best k candidates that did not stop.
+    running = cand_scores + hits.float() * NEG_LARGE
+    keep = torch.topk(running, k).indices  # (G, k)
+    running_scores = running.gather(1, keep)
+    parents = cand_parent.gather(1, keep)
+
+    # Finished hypotheses: only stopped candidates among the top k may enter the finished set.
+    just_finished = hits & (torch.arange(2 * k) < k)
+    # the length penalties in Python floats, rounded once to float32 as the per-sentence search divides
+    scored = cand_scores / torch.tensor([[s.cur_len ** p.length_penalty] for s, p in zip(searches, params)])
+    finished_scores = torch.stack([s.finished_scores for s in searches])  # (G, k)
+    is_finished = torch.stack([s.is_finished for s in searches])
+    stop_early = torch.tensor([[p.early_stopping is True] for p in params])
+    closed = (stop_early & is_finished.all(1, keepdim=True)) | ~torch.tensor([[s.improvable] for s in searches])
+    scored = scored + closed.float() * NEG_LARGE
+    scored = scored + (~just_finished) * NEG_LARGE
+    merged = torch.cat((finished_scores, scored), 1)  # (G, 3k)
+    best = torch.topk(merged, k).indices
+    finished_scores = merged.gather(1, best)
+    is_finished = torch.cat((is_finished, just_finished), 1).gather(1, best)
+
+    # transformers' early-stop heuristic: can the best running beam still beat the worst finished one?
+    best_len = [s.max_length - 1 if p.early_stopping == "never" and p.length_penalty > 0.0 else s.cur_len
+                for s, p in zip(searches, params)]  # the generated length
+    best_possible = running_scores[:, :1] / torch.tensor([[n ** p.length_penalty] for n, p in zip(best_len, params)])
+    worst_finished = torch.where(is_finished, finished_scores.min(1, keepdim=True).values, NEG_LARGE)
+    improvable = (best_possible > worst_finished).any(1)
+    open_beam = ~(is_finished.all(1) & stop_early[:, 0])
+    stopped_all = hits.all(1)
+
+    out = []
+    for s, parent, token, kept, chosen, r, f, fin, imp, opened, stop in zip(
+            searches, cand_parent.tolist(), cand_token.tolist(), keep.tolist(), best.tolist(),
+            running_scores.unbind(), finished_scores.unbind(), is_finished.unbind(), improvable.tolist(),
+            open_beam.tolist(), stopped_all.tolist()):
+        grown = [s.sequences[b] + [t] for b, t in zip(parent, token)]  # the 2k candidate sequences
+        s.sequences = [grown[i] for i in kept]
+        s.finished_seqs = [s.finished_seqs[i] if i < k else grown[i - k] for i in chosen]
+        s.running_scores, s.finished_scores, s.is_finished = r, f, fin
+        s.cur_len += 1
+        s.improvable = s.improvable and imp
+        s.done = not (s.improvable and opened and not stop)
+        out.append([parent[i] for i in kept])
+    return out
 
 
 def new_search(params: DecodeParams, eos_id: int, start_id: int, source_len: int) -> Search:
