@@ -70,8 +70,15 @@ NLLB_PIECES = 256001  # <s> <pad> </s> <unk>, then SentencePiece pieces up to id
 NLLB_SOURCE_LANG, NLLB_TARGET_LANG = "eng_Latn", "fra_Latn"
 
 
-def build_checkpoint(path: Path) -> Path:
-    """A random opus-mt-en-de-shaped Marian checkpoint with the tokenizer files CTranslate2 needs."""
+# --tiny: the same vocabularies, tokenizers and special ids with small layers, for a dry run on any machine
+TINY_BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+                 encoder_ffn_dim=128, decoder_ffn_dim=128)
+TINY_T5 = dict(d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2)
+
+
+def build_checkpoint(path: Path, sizes: dict | None = None) -> Path:
+    """A random opus-mt-en-de-shaped Marian checkpoint (`sizes` override the layers') with the tokenizer files
+    CTranslate2 needs."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     if (path / "config.json").exists():
@@ -86,7 +93,7 @@ def build_checkpoint(path: Path) -> Path:
     (path / "target.spm").write_bytes(spm)
     (path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
     torch.manual_seed(0)
-    config = MarianConfig(**OPUS_MT_EN_DE, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
+    config = MarianConfig(**OPUS_MT_EN_DE | (sizes or {}), pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
                           forced_eos_token_id=0, init_std=0.1)
     model = MarianMTModel(config)
     model.generation_config = GenerationConfig(bad_words_ids=[[pad]], decoder_start_token_id=pad, eos_token_id=0,
@@ -106,7 +113,7 @@ def _tiny_sentencepiece() -> bytes:
     return out.getvalue()
 
 
-def build_nllb_checkpoint(path: Path) -> Path:
+def build_nllb_checkpoint(path: Path, sizes: dict | None = None) -> Path:
     """A random NLLB-200-distilled-600M-shaped M2M100 checkpoint (float32 safetensors) with NLLB's tokenizer files:
     tokenizer.json (a BPE over synthetic pieces ▁w0… at ids 4..256000, then the 202 language codes, <mask> and
     two made-up words, so that ids 0..256205 all exist as in the real model's vocabulary) and a
@@ -136,7 +143,7 @@ def build_nllb_checkpoint(path: Path) -> Path:
         tgt_lang=NLLB_TARGET_LANG, legacy_behaviour=False, model_max_length=1024,
         extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES)), indent=1))
     torch.manual_seed(0)
-    config = M2M100Config(**NLLB_600M, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    config = M2M100Config(**NLLB_600M | (sizes or {}), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                           encoder_layerdrop=0.0, decoder_layerdrop=0.0, tie_word_embeddings=True)
     model = M2M100ForConditionalGeneration(config).float()
     # With tied embeddings and the √d-scaled input embedding in the residual stream, a random pre-norm model's
@@ -150,7 +157,7 @@ def build_nllb_checkpoint(path: Path) -> Path:
     return path
 
 
-def build_t5_checkpoint(path: Path) -> Path:
+def build_t5_checkpoint(path: Path, sizes: dict | None = None) -> Path:
     """A random flan-T5-base-shaped checkpoint laid out as the Hub's (config.json with tie_word_embeddings false
     and an lm_head.weight; transformers 5 would save it tied) with a T5 tokenizer.json and tokenizer_config.json
     (what CTranslate2's converter loads)."""
@@ -172,7 +179,7 @@ def build_t5_checkpoint(path: Path) -> Path:
         tokenizer_class="T5Tokenizer", eos_token="</s>", unk_token="<unk>", pad_token="<pad>", extra_ids=100,
         model_max_length=512)))
     torch.manual_seed(0)
-    model = T5ForConditionalGeneration(T5Config(**FLAN_T5_BASE)).float()
+    model = T5ForConditionalGeneration(T5Config(**FLAN_T5_BASE | (sizes or {}))).float()
     model.generation_config = GenerationConfig(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
     model.save_pretrained(path)
     weights = load_file(str(path / "model.safetensors"))
@@ -187,7 +194,7 @@ def build_t5_checkpoint(path: Path) -> Path:
 @dataclass(frozen=True)
 class Shape:
     directory: str  # under --out
-    build: Callable[[Path], Path]
+    build: Callable[[Path, dict | None], Path]
     model_class: str  # transformers' class
     vocab_size: int
     batches: str  # defaults for --batches, --beams, --engines
@@ -195,16 +202,19 @@ class Shape:
     engines: str
     source_lang: str | None = None  # a language token first in the source
     target_lang: str | None = None  # the token forced first in the output
+    tiny: dict | None = None  # --tiny's layer sizes
 
 
 SHAPES = {
     "opus-mt-en-de": Shape("opus-mt-en-de-shape", build_checkpoint, "MarianMTModel", OPUS_MT_EN_DE["vocab_size"],
-                           "1,8,32", "1,4", "transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8"),
+                           "1,8,32", "1,4", "transformers,ct2-float32,ct2-int8,ours,ours-bf16,ours-int8",
+                           tiny=TINY_BART),
     "nllb-600m": Shape("nllb-600m-shape", build_nllb_checkpoint, "M2M100ForConditionalGeneration",
                        NLLB_600M["vocab_size"], "1,8", "1,4", "transformers,ct2-float32,ours",
-                       NLLB_SOURCE_LANG, NLLB_TARGET_LANG),
+                       NLLB_SOURCE_LANG, NLLB_TARGET_LANG, TINY_BART),
     "flan-t5-base": Shape("flan-t5-base-shape", build_t5_checkpoint, "T5ForConditionalGeneration",
-                          FLAN_T5_BASE["vocab_size"], "1,8,32", "1,4", "transformers,ct2-float32,ours"),
+                          FLAN_T5_BASE["vocab_size"], "1,8,32", "1,4", "transformers,ct2-float32,ours",
+                          tiny=TINY_T5),
 }
 
 
@@ -269,6 +279,11 @@ class OursEngine:
                     if name.startswith("decoder_layers.") and ".kv_proj." not in name]
         per_step += [self.model.lm_head.weight, self.model.lm_head.bias]
         return sum(p.numel() * p.element_size() for p in per_step)
+
+    def graph_bytes(self, capacity: int) -> dict[int, int]:
+        """The GPU memory each row bucket's CUDA graph added when the decoder of this capacity was captured."""
+        step = self.decoders[capacity].static_step
+        return step.graph_bytes if step else {}
 
     def run(self, src: torch.Tensor, beams: int) -> list[list[int]]:
         params = DecodeParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=beams,
@@ -388,7 +403,8 @@ def measure(engine_name: str, path: Path, work: Workload, cells: list[tuple[int,
                   file=sys.stderr, flush=True)
         result = dict(engine=engine.name, beams=beams, batch=batch, seconds=seconds, outputs=outputs)
         if isinstance(engine, OursEngine):
-            result.update(step_seconds=statistics.median(engine.step_seconds), step_bytes=engine.step_weight_bytes())
+            result.update(step_seconds=statistics.median(engine.step_seconds), step_bytes=engine.step_weight_bytes(),
+                          graph_bytes=engine.graph_bytes(batch * beams))
         print(json.dumps(result), flush=True)
 
 
@@ -402,7 +418,7 @@ def read_bandwidth(device: str) -> float:
 def run_worker(engine_name: str, args: argparse.Namespace, batches: str, beams: str) -> list[dict]:
     command = [sys.executable, "-m", "loadtests.bench_engine", "--worker", engine_name, "--shape", args.shape,
                "--out", args.out, "--batches", batches, "--beams", beams, "--warmup", str(args.warmup),
-               "--runs", str(args.runs), "--device", args.device]
+               "--runs", str(args.runs), "--device", args.device] + (["--tiny"] if args.tiny else [])
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
@@ -444,6 +460,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--rounds", type=int, default=1, help="> 1: the engines take turns cell by cell, this many "
                                                           "rounds (medians and paired ratios)")
+    p.add_argument("--tiny", action="store_true", help="the shape's vocabulary and tokenizer with 2+2 layers of "
+                                                        "width 64: a quick walk through every engine (a dry run)")
+    p.add_argument("--json", help="also write the tables to this file as JSON")
     p.add_argument("--worker", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -453,54 +472,94 @@ def main(argv: list[str] | None = None) -> None:
     args.batches = args.batches or (GPU_BATCHES if cuda else shape.batches)
     args.beams = args.beams or shape.beams
     args.engines = args.engines or (GPU_ENGINES if cuda else shape.engines)
-    path = shape.build(Path(args.out) / shape.directory)
+    path = shape.build(Path(args.out) / (shape.directory + ("-tiny" if args.tiny else "")),
+                       shape.tiny if args.tiny else None)
     cells = [(beams, batch) for beams in map(int, args.beams.split(",")) for batch in map(int, args.batches.split(","))]
     if args.worker:
         measure(args.worker, path, Workload.of(shape, path), cells, args.warmup, args.runs, args.device)
         return
     rounds = [{(r["engine"], r["beams"], r["batch"]): r for r in results}  # (engine name, beams, batch) → result
               for results in measure_rounds(args.engines.split(","), cells, args)]
-    results = rounds[0]
-    names = list(dict.fromkeys(name for name, _, _ in results))  # in the order measured
+    report = tables(rounds, cells, args)
     forced = f" (the first forced to {shape.target_lang})" if shape.target_lang else ""
     paired = (f"; {args.rounds} rounds, the engines taking turns cell by cell: medians over rounds, ratios the "
               f"median of each round's (lowest–highest round)" if args.rounds > 1 else "")
-    print(f"machine: {machine_name(args.device)}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine in "
-          f"its own process; shape {args.shape}; {SOURCE_TOKENS} source tokens, {NEW_TOKENS} new tokens per "
-          f"sequence{forced}; median of {args.runs} runs after {args.warmup} warm-ups{paired}\n")
+    print(f"machine: {report['machine']}, torch {torch.__version__}, {torch.get_num_threads()} threads, each engine "
+          f"in its own process; shape {args.shape}{' (tiny)' if args.tiny else ''}; {SOURCE_TOKENS} source tokens, "
+          f"{NEW_TOKENS} new tokens per sequence{forced}; median of {args.runs} runs after {args.warmup} "
+          f"warm-ups{paired}\n")
     transformers_name, ct2_name = reference_names(args.device)
     print(f"| engine | beams | batch | tokens/s | ms per batch | × {transformers_name} | × {ct2_name} | "
           f"greedy agrees |")
     print("|---|---|---|---|---|---|---|---|")
+    for c in report["cells"]:
+        versus = [f"{c[key]:.2f}" if c[key] is not None else "" for key in ("x_transformers", "x_ct2")]
+        if c["x_ct2_range"]:
+            versus[1] += " ({:.2f}–{:.2f})".format(*c["x_ct2_range"])
+        print(f"| {c['engine']} | {c['beams']} | {c['batch']} | {c['tokens_s']:,.0f} | {c['ms']:,.0f} | "
+              f"{versus[0]} | {versus[1]} | {c['greedy_agrees'] or ''} |")
+    if report["floor"]:
+        print(f"\nBatch-1 greedy decoder step against the weight-read floor (weight bytes per step / measured read "
+              f"bandwidth {report['read_gb_s']:.1f} GB/s):\n")
+        print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")
+        print("|---|---|---|---|---|")
+        for f in report["floor"]:
+            print(f"| {f['engine']} | {f['weight_mb']:,.0f} | {f['floor_ms']:.2f} | {f['step_ms']:.2f} | "
+                  f"{f['x_floor']:.2f} |")
+    if report["graphs"]:
+        print("\nCUDA graph memory: what each row bucket's capture added to the decoder's shared pool (largest "
+              "bucket captured first, the smaller ones reuse its memory):\n")
+        print("| engine | decoder rows | MB by bucket (rows: MB) | total MB |")
+        print("|---|---|---|---|")
+        for g in report["graphs"]:
+            buckets = ", ".join(f"{rows}: {mb:,.1f}" for rows, mb in g["mb_by_bucket"].items())
+            print(f"| {g['engine']} | {g['rows']} | {buckets} | {sum(g['mb_by_bucket'].values()):,.1f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report | {"shape": args.shape, "tiny": args.tiny}, indent=1))
+
+
+def tables(rounds: list[dict], cells: list[tuple[int, int]], args: argparse.Namespace) -> dict:
+    """The measured rounds → the report's tables: per cell and engine (speed, ratios, agreement), the batch-1
+    step against the weight-read floor, and CUDA graph memory per decoder."""
+    results = rounds[0]
+    names = list(dict.fromkeys(name for name, _, _ in results))  # in the order measured
+    transformers_name, ct2_name = reference_names(args.device)
+    out = dict(machine=machine_name(args.device), torch=torch.__version__, device=args.device, cells=[], floor=[],
+               graphs=[], read_gb_s=None)
     for beams, batch in cells:
         reference_key, ct2_key = (transformers_name, beams, batch), (ct2_name, beams, batch)
         for name in names:
             key = (name, beams, batch)
-            r = results[key]
             seconds = median_of(rounds, key, "seconds")
-            agree = "" if reference_key not in results or beams > 1 else \
-                f"{sum(a == b for a, b in zip(r['outputs'], results[reference_key]['outputs']))}/{batch}"
+            agree = None if reference_key not in results or beams > 1 else \
+                f"{sum(a == b for a, b in zip(results[key]['outputs'], results[reference_key]['outputs']))}/{batch}"
             versus = []
             for other in (reference_key, ct2_key):
-                if other not in results:
-                    versus.append("")
-                    continue
-                ratios = [round_[other]["seconds"] / round_[key]["seconds"] for round_ in rounds]
-                spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(rounds) > 1 and other == ct2_key else ""
-                versus.append(f"{statistics.median(ratios):.2f}{spread}")
-            print(f"| {name} | {beams} | {batch} | {batch * NEW_TOKENS / seconds:,.0f} | "
-                  f"{seconds * 1000:,.0f} | {versus[0]} | {versus[1]} | {agree} |")
+                ratios = [round_[other]["seconds"] / round_[key]["seconds"] for round_ in rounds] \
+                    if other in results else []
+                versus.append(ratios)
+            out["cells"].append(dict(
+                engine=name, beams=beams, batch=batch, tokens_s=batch * NEW_TOKENS / seconds, ms=seconds * 1000,
+                x_transformers=statistics.median(versus[0]) if versus[0] else None,
+                x_ct2=statistics.median(versus[1]) if versus[1] else None,
+                x_ct2_range=[min(versus[1]), max(versus[1])] if len(rounds) > 1 and versus[1] else None,
+                greedy_agrees=agree))
     floors = [(key, r) for key, r in results.items() if r["beams"] == 1 and r["batch"] == 1 and r.get("step_bytes")]
     if floors:
         bandwidth = read_bandwidth(args.device)
-        print(f"\nBatch-1 greedy decoder step against the weight-read floor (weight bytes per step / measured read "
-              f"bandwidth {bandwidth / 1e9:.1f} GB/s):\n")
-        print("| engine | weight MB per step | floor ms | step ms (median) | × floor |")
-        print("|---|---|---|---|---|")
+        out["read_gb_s"] = bandwidth / 1e9
         for key, r in floors:
             floor, step = r["step_bytes"] / bandwidth, median_of(rounds, key, "step_seconds")
-            print(f"| {r['engine']} | {r['step_bytes'] / 1e6:,.0f} | {floor * 1000:.2f} | "
-                  f"{step * 1000:.2f} | {step / floor:.2f} |")
+            out["floor"].append(dict(engine=r["engine"], weight_mb=r["step_bytes"] / 1e6, floor_ms=floor * 1000,
+                                     step_ms=step * 1000, x_floor=step / floor))
+    seen = set()
+    for (name, beams, batch), r in results.items():
+        rows = beams * batch
+        if r.get("graph_bytes") and (name, rows) not in seen:
+            seen.add((name, rows))
+            out["graphs"].append(dict(engine=name, rows=rows, mb_by_bucket={
+                int(bucket): size / 1e6 for bucket, size in sorted(r["graph_bytes"].items(), key=lambda x: -int(x[0]))}))
+    return out
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ in-process, HTTP without Ray (`python -m server --no-ray`: its engine in a proce
 Serve (`python -m server`: its replicas serve HTTP themselves; `ray-proxy`: `--serve-proxy`, through Serve's proxy).
 
     python -m loadtests.bench_serving [--texts 2000] [--clients 1,32] [--texts-per-request 1,8] [--workers 1,2]
-                                      [--rounds 1]
+                                      [--rounds 1] [--device cuda --dtype float16]
 
 Every path gets the same demo texts (number words of mixed magnitudes, four target languages, greedy).
 Closed-loop clients send their next request when the previous answer has arrived; HTTP load comes from
@@ -190,14 +190,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8031)
     p.add_argument("--server-args", default="", help="extra arguments for both servers")
     p.add_argument("--rounds", type=int, default=1, help="reference-then-cell pairs per cell; the median is shown")
+    p.add_argument("--device", default="cpu", help="every path's, the servers' too")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--max-batch-rows", type=int, default=Settings.max_batch_rows, help="the engines' batch, the "
+                                                                                      "servers' too")
     args = p.parse_args(argv)
-    translator = Translator.from_pretrained()
+    translator = Translator.from_pretrained(device=args.device, dtype=args.dtype)
+    on_device = Settings(device=args.device, dtype=args.dtype, max_batch_rows=args.max_batch_rows)
+    args.server_args += f" --device {args.device} --dtype {args.dtype} --max-batch-rows {args.max_batch_rows}"
     texts = demo_texts(args.texts, seed=7)
     translator.translate([t for t, _ in texts[:64]], target_lang="de")  # warm-up
     reference = run_translator(translator, texts)  # the outputs every path must give
     clients, per_request = [int(c) for c in args.clients.split(",")], [int(k) for k in args.texts_per_request.split(",")]
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads for Translator.translate); demo model, greedy; {len(texts)} texts "
+    gpu = f"{torch.cuda.get_device_name()}, " if args.device.startswith("cuda") else ""
+    print(f"machine: {gpu}{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+          f"{torch.__version__} ({torch.get_num_threads()} threads for Translator.translate); demo model, "
+          f"{args.dtype} on {args.device}, greedy, batches of {args.max_batch_rows} rows; {len(texts)} texts "
           f"({args.one_client_texts} at one client); median of {args.rounds} round(s) per cell\n", flush=True)
     print("| path | clients | texts/request | texts/s | Translator texts/s | share | p50 ms | p95 ms "
           "| outputs = Translator |")
@@ -220,8 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     paths = args.paths.split(",")
     if "engine" in paths:
         def engine(share, c, k):
-            set_engine_threads(len(os.sched_getaffinity(0)), Settings())  # as `python -m server` sets them
-            return run_engine(translator, share, c, k, Settings())
+            set_engine_threads(len(os.sched_getaffinity(0)), on_device)  # as `python -m server` sets them
+            return run_engine(translator, share, c, k, on_device)
 
         matrix(engine)
     url = f"http://127.0.0.1:{args.port}"

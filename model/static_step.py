@@ -41,6 +41,7 @@ class StaticStep:
         self.buckets = row_buckets(cache.rows)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # rows → graph, its logits (rows, V)
         self.reserved_bytes = 0
+        self.graph_bytes: dict[int, int] = {}  # rows → GPU memory its graph's capture added to the shared pool
         if capture:
             self._capture()
 
@@ -60,11 +61,13 @@ class StaticStep:
         pool = None
         for rows in reversed(self.buckets):  # largest first: the smaller graphs fit in the memory it reserved
             graph = torch.cuda.CUDAGraph()
+            before = torch.cuda.memory_reserved(self.model.device)
             # thread_local: the engine's encoder thread may use the GPU meanwhile (after a reset)
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 logits = self._forward(rows)
             pool = graph.pool()
             self.graphs[rows] = (graph, logits)
+            self.graph_bytes[rows] = torch.cuda.memory_reserved(self.model.device) - before
         torch.cuda.synchronize()
         self.reserved_bytes = torch.cuda.memory_reserved(self.model.device)
         log.info("decoder step captured as %d CUDA graphs (rows %s) in %.1f s; GPU memory reserved %.2f GiB",
