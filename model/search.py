@@ -163,16 +163,16 @@ class BeamSearch(Search):
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
         k = params.num_beams
-        self.running_scores = torch.zeros(k)
-        self.running_scores[1:] = NEG_LARGE
-        self.finished_scores = torch.full((k,), NEG_LARGE)
+        # float32 values kept as Python floats (exactly): a batch of searches makes one tensor of them per step
+        self.running_scores = [0.0] + [NEG_LARGE] * (k - 1)
+        self.finished_scores = [NEG_LARGE] * k
         self.finished_seqs: list[list[int]] = [[] for _ in range(k)]
-        self.is_finished = torch.zeros(k, dtype=torch.bool)
+        self.is_finished = [False] * k
         self.improvable = True  # transformers' is_early_stop_heuristic_unsatisfied
 
     def results(self) -> list[Hypothesis]:
         out = []
-        for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores.tolist()):
+        for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores):
             out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
         return out
 
@@ -210,29 +210,32 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
                    top_tokens: torch.Tensor) -> list[list[int]]:
     """advance_beams for G searches of width k; top_logprobs, top_tokens (G·k, W)."""
     g, width = len(searches), top_logprobs.shape[-1]
-    params = [s.params for s in searches]
-    cur_len = torch.tensor([[s.cur_len] for s in searches])  # (G, 1)
-    totals = (top_logprobs.view(g, k, width) + torch.stack([s.running_scores for s in searches])[:, :, None])
+    # Each search's scalars in one (G, 7) float64 tensor, one column each: exact for the integers; the length
+    # penalties computed in Python floats and rounded once to float32, as a search alone divides by them.
+    scalars = torch.tensor([[s.cur_len, s.eos_id, s.max_length, s.cur_len ** s.params.length_penalty,
+                             s.params.early_stopping is True, s.improvable,
+                             (s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
+                              else s.cur_len) ** s.params.length_penalty]  # the best generated length's penalty
+                            for s in searches], dtype=torch.float64)
+    cur_len, eos, max_length = scalars[:, 0:1], scalars[:, 1:2], scalars[:, 2:3]
+    penalty, best_penalty = scalars[:, 3:4].float(), scalars[:, 6:7].float()
+    stop_early, improvable = scalars[:, 4:5].bool(), scalars[:, 5:6].bool()
+    totals = top_logprobs.view(g, k, width) + torch.tensor([s.running_scores for s in searches])[:, :, None]
     cand_scores, cand_index = torch.topk(totals.view(g, k * width), 2 * k)  # (G, 2k) each
     cand_parent, cand_token = cand_index // width, top_tokens.view(g, k * width).gather(1, cand_index)
-    eos = torch.tensor([[s.eos_id] for s in searches])
-    max_length = torch.tensor([[s.max_length] for s in searches])
     hits = (cand_token == eos) | (cur_len + 1 >= max_length)  # (G, 2k)
 
     # Beams that go on: the best k candidates that did not stop.
     running = cand_scores + hits.float() * NEG_LARGE
     keep = torch.topk(running, k).indices  # (G, k)
     running_scores = running.gather(1, keep)
-    parents = cand_parent.gather(1, keep)
 
     # Finished hypotheses: only stopped candidates among the top k may enter the finished set.
     just_finished = hits & (torch.arange(2 * k) < k)
-    # the length penalties in Python floats, rounded once to float32 as the per-sentence search divides
-    scored = cand_scores / torch.tensor([[s.cur_len ** p.length_penalty] for s, p in zip(searches, params)])
-    finished_scores = torch.stack([s.finished_scores for s in searches])  # (G, k)
-    is_finished = torch.stack([s.is_finished for s in searches])
-    stop_early = torch.tensor([[p.early_stopping is True] for p in params])
-    closed = (stop_early & is_finished.all(1, keepdim=True)) | ~torch.tensor([[s.improvable] for s in searches])
+    scored = cand_scores / penalty
+    finished_scores = torch.tensor([s.finished_scores for s in searches])  # (G, k)
+    is_finished = torch.tensor([s.is_finished for s in searches])
+    closed = (stop_early & is_finished.all(1, keepdim=True)) | ~improvable
     scored = scored + closed.float() * NEG_LARGE
     scored = scored + (~just_finished) * NEG_LARGE
     merged = torch.cat((finished_scores, scored), 1)  # (G, 3k)
@@ -241,26 +244,23 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     is_finished = torch.cat((is_finished, just_finished), 1).gather(1, best)
 
     # transformers' early-stop heuristic: can the best running beam still beat the worst finished one?
-    best_len = [s.max_length - 1 if p.early_stopping == "never" and p.length_penalty > 0.0 else s.cur_len
-                for s, p in zip(searches, params)]  # the generated length
-    best_possible = running_scores[:, :1] / torch.tensor([[n ** p.length_penalty] for n, p in zip(best_len, params)])
-    worst_finished = torch.where(is_finished, finished_scores.min(1, keepdim=True).values, NEG_LARGE)
-    improvable = (best_possible > worst_finished).any(1)
+    best_possible = running_scores[:, :1] / best_penalty
+    worst_finished = torch.where(is_finished, finished_scores.amin(1, keepdim=True), NEG_LARGE)
+    improvable = improvable[:, 0] & (best_possible > worst_finished).any(1)
     open_beam = ~(is_finished.all(1) & stop_early[:, 0])
-    stopped_all = hits.all(1)
+    going_on = improvable & open_beam & ~hits.all(1)
 
     out = []
-    for s, parent, token, kept, chosen, r, f, fin, imp, opened, stop in zip(
+    for s, parent, token, kept, chosen, r, f, fin, imp, go in zip(
             searches, cand_parent.tolist(), cand_token.tolist(), keep.tolist(), best.tolist(),
-            running_scores.unbind(), finished_scores.unbind(), is_finished.unbind(), improvable.tolist(),
-            open_beam.tolist(), stopped_all.tolist()):
-        grown = [s.sequences[b] + [t] for b, t in zip(parent, token)]  # the 2k candidate sequences
-        s.sequences = [grown[i] for i in kept]
-        s.finished_seqs = [s.finished_seqs[i] if i < k else grown[i - k] for i in chosen]
+            running_scores.tolist(), finished_scores.tolist(), is_finished.tolist(), improvable.tolist(),
+            going_on.tolist()):
+        seqs = s.sequences  # candidate i is seqs[parent[i]] + [token[i]]
+        s.sequences = [seqs[parent[i]] + [token[i]] for i in kept]
+        s.finished_seqs = [s.finished_seqs[i] if i < k else seqs[parent[i - k]] + [token[i - k]] for i in chosen]
         s.running_scores, s.finished_scores, s.is_finished = r, f, fin
         s.cur_len += 1
-        s.improvable = s.improvable and imp
-        s.done = not (s.improvable and opened and not stop)
+        s.improvable, s.done = imp, not go
         out.append([parent[i] for i in kept])
     return out
 

@@ -61,6 +61,7 @@ class StaticStep:
         pool = None
         for rows in reversed(self.buckets):  # largest first: the smaller graphs fit in the memory it reserved
             graph = torch.cuda.CUDAGraph()
+            torch.cuda.empty_cache()  # as the capture itself does first: what it frees is not the graph's
             before = torch.cuda.memory_reserved(self.model.device)
             # thread_local: the engine's encoder thread may use the GPU meanwhile (after a reset)
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
