@@ -105,13 +105,13 @@ def plan(args: argparse.Namespace) -> list[Step]:
         users, duration, clients, texts = ("4", "10s", "1,4", "48") if dry else ("64", "60s", "1,32,256", "2000")
         serve = Step("serve", f"python -m server {server_args} under load", [
             Command("locust", [py, "-m", "loadtests.run", "--start-server", "--server-args", server_args,
-                               "--host", "http://127.0.0.1:8041", "--users", users, "--spawn-rate", users,
+                               "--host", f"http://127.0.0.1:{args.port}", "--users", users, "--spawn-rate", users,
                                "--duration", duration, "--out", str(out / "locust"), "--max-failure-ratio", "0"],
                     600),
             Command("bench_serving", [py, "-m", "loadtests.bench_serving", "--device", device, "--dtype", half,
                                       "--max-batch-rows", "16" if dry else "256", "--clients", clients,
                                       "--texts-per-request", "1", "--texts", texts, "--one-client-texts",
-                                      "16" if dry else "200", "--workers", "1", "--port", "8042",
+                                      "16" if dry else "200", "--workers", "1", "--port", str(args.port + 1),
                                       "--paths", "engine,no-ray" + (",ray" if ray else "")], 900)])
         if not ray:
             serve.notes.append("Ray is not installed here: the server ran with --no-ray (its engine in-process on "
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="directory for the report, the logs and the built checkpoints")
     p.add_argument("--steps", default="tests,quality,bench,serve", help="some of tests,quality,bench,serve")
     p.add_argument("--dry-run", action="store_true", help="every step on the CPU with tiny shapes (no GPU needed)")
+    p.add_argument("--port", type=int, default=8041, help="the servers' ports: this one and the next")
     args = p.parse_args(argv)
     args.steps = args.steps.split(",")
     unknown = set(args.steps) - {"tests", "quality", "bench", "serve"}

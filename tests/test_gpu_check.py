@@ -1,0 +1,84 @@
+"""The GPU check's dry run: every step of `python -m loadtests.gpu_check` walked on the CPU with tiny shapes, so
+that on a GPU machine only CUDA can fail."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from server_process import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_check(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loadtests.gpu_check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-check")
+    port = free_port()
+    while not free_port_at(port + 1):  # two free ports in a row: the locust run's server and bench_serving's
+        port = free_port()
+    done = gpu_check("--dry-run", "--out", str(out), "--port", str(port))
+    return done, out
+
+
+def free_port_at(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_every_step_passes_on_the_cpu(dry_run):
+    done, out = dry_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["dry_run"] is True
+    assert [(s["name"], s["status"]) for s in report["steps"]] == [
+        ("tests", "passed"), ("quality", "passed"), ("bench", "passed"), ("serve", "passed")]
+    commands = {c["label"]: c for s in report["steps"] for c in s["commands"]}
+    assert set(commands) == {"pytest", "float32 on cpu", "bfloat16 on cpu", "opus-mt-en-de", "nllb-600m", "locust",
+                             "bench_serving"}
+    # the report carries what each step printed
+    assert "needs a CUDA GPU" in commands["pytest"]["stdout"] or "passed" in commands["pytest"]["stdout"]
+    assert "| greedy |" in commands["bfloat16 on cpu"]["stdout"]
+    assert "| engine loop, in-process | 4 | 1 |" in commands["bench_serving"]["stdout"]
+    md = (out / "report.md").read_text()
+    assert "| serve | passed |" in md and "## Targets" in md
+
+
+def test_the_bench_tables_and_targets_come_from_the_measurements(dry_run):
+    _, out = dry_run
+    report = json.loads((out / "report.json").read_text())
+    for shape in ("opus-mt-en-de", "nllb-600m"):
+        bench = report["bench"][shape]
+        assert bench["tiny"] is True and bench["device"] == "cpu"
+        cells = {(c["engine"], c["beams"], c["batch"]): c for c in bench["cells"]}
+        assert {(1, 1), (1, 2), (2, 1), (2, 2)} <= {(b, n) for _, b, n in cells}
+        # the same random model, greedy, float32: our engine agrees with transformers on every sequence
+        assert cells[("ours float32", 1, 2)]["greedy_agrees"] == "2/2"
+        assert cells[("ours float32", 1, 2)]["tokens_s"] > 0 and cells[("transformers float32", 1, 2)]["x_transformers"] == 1
+        assert bench["floor"] and bench["floor"][0]["engine"] == "ours float32"
+        assert bench["graphs"] == []  # no CUDA graphs on the CPU
+    quality = [t for t in report["targets"] if "exact match" in t["target"]]
+    assert len(quality) == 2 and all(t["met"] for t in quality)  # bfloat16 = float32 on the demo, greedy and beam 2
+    floors = [t for t in report["targets"] if "floor" in t["target"]]
+    assert len(floors) == 2
+
+
+def test_refuses_unknown_steps_and_a_missing_gpu(tmp_path):
+    done = gpu_check("--out", str(tmp_path), "--steps", "tests,warp", timeout=120)
+    assert done.returncode == 2 and "unknown steps: warp" in done.stderr
+    if not torch.cuda.is_available():
+        done = gpu_check("--out", str(tmp_path), timeout=120)
+        assert done.returncode == 2 and "--dry-run" in done.stderr
