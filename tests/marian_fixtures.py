@@ -57,7 +57,10 @@ def _vocab(spm_bytes: bytes, language_codes: list[str], pad_last: bool) -> dict[
 def build_checkpoint(path: Path, *, shared: bool = True, activation: str = "swish", scale_embedding: bool = True,
                      encoder_layers: int = 2, decoder_layers: int = 3, encoder_heads: int = 4,
                      decoder_heads: int = 2, d_model: int = 32, weights: str = "safetensors",
-                     tie: bool = True, seed: int = 0, init_std: float = 0.5) -> Path:
+                     tie: bool = True, seed: int = 0, init_std: float = 0.5, eos_last: bool = False,
+                     stored_dtype: str = "float32") -> Path:
+    """eos_last: </s> just before <pad> at the end of the vocabulary, as opus-mt-tc-big's (eos_token_id 43311, not
+    0); stored_dtype "float16": the weights saved in float16, as tc-big ships them."""
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
@@ -77,6 +80,11 @@ def build_checkpoint(path: Path, *, shared: bool = True, activation: str = "swis
     else:
         vocab = _vocab(src_spm, [], pad_last=False)
         target_vocab = _vocab(tgt_spm, [], pad_last=False)
+    if eos_last:  # </s> trades places with the piece just before <pad>
+        other = next(tok for tok, i in vocab.items() if i == vocab["<pad>"] - 1)
+        vocab[other], vocab["</s>"] = vocab["</s>"], vocab[other]
+        vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
+    eos = vocab["</s>"]
     (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
     if target_vocab:
         (path / "target_vocab.json").write_text(json.dumps(target_vocab, ensure_ascii=False), encoding="utf-8")
@@ -92,7 +100,7 @@ def build_checkpoint(path: Path, *, shared: bool = True, activation: str = "swis
         decoder_attention_heads=decoder_heads, encoder_ffn_dim=2 * d_model, decoder_ffn_dim=3 * d_model,
         max_position_embeddings=256, activation_function=activation, scale_embedding=scale_embedding,
         share_encoder_decoder_embeddings=shared, tie_word_embeddings=tie, pad_token_id=pad,
-        decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0, init_std=init_std,
+        decoder_start_token_id=pad, eos_token_id=eos, forced_eos_token_id=eos, init_std=init_std,
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     model = MarianMTModel(config).eval()
     with torch.no_grad():
@@ -103,8 +111,10 @@ def build_checkpoint(path: Path, *, shared: bool = True, activation: str = "swis
                 param.normal_(0, 0.1)
         model.final_logits_bias.normal_(0, 0.5)
     model.generation_config = GenerationConfig(
-        bad_words_ids=[[pad]], forced_eos_token_id=0, decoder_start_token_id=pad, eos_token_id=0,
+        bad_words_ids=[[pad]], forced_eos_token_id=eos, decoder_start_token_id=pad, eos_token_id=eos,
         pad_token_id=pad, num_beams=4, max_length=64)
+    if stored_dtype == "float16":
+        model.half()
     model.save_pretrained(path)
     if weights == "bin":  # the layout older transformers wrote (transformers 5 writes only safetensors)
         (path / "model.safetensors").unlink()
@@ -121,4 +131,7 @@ VARIANTS = {
                               decoder_layers=1, encoder_heads=2, decoder_heads=4, weights="bin", seed=1),
     "gelu-untied": dict(shared=True, activation="gelu", scale_embedding=True, encoder_layers=1, decoder_layers=2,
                         encoder_heads=1, decoder_heads=4, tie=False, seed=2),
+    # opus-mt-tc-big: relu, shared embeddings (decoder_vocab_size = vocab_size), </s> far from id 0, float16 weights
+    "tc-big-fp16": dict(shared=True, activation="relu", scale_embedding=True, encoder_layers=2, decoder_layers=2,
+                        encoder_heads=2, decoder_heads=2, seed=4, eos_last=True, stored_dtype="float16"),
 }

@@ -164,3 +164,28 @@ def test_one_batch_mixing_target_languages_equals_each_alone(family_checkpoints)
     for key, _, _, alone in jobs:
         assert results[key].token_ids == alone.token_ids
         assert results[key].score == pytest.approx(alone.score, abs=1e-4)
+
+
+def test_m2m100_generation_settings_in_config_json_alone(family_checkpoints, tmp_path):
+    """As facebook/m2m100_418M ships it: num_beams, max_length and early_stopping in config.json and no
+    generation_config.json. The defaults a request starts from, and its default translation, are transformers'."""
+    import json
+    import shutil
+
+    path = tmp_path / "m2m100-config-only"
+    shutil.copytree(family_checkpoints["m2m100"], path)
+    (path / "generation_config.json").unlink()
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | dict(num_beams=3, max_length=24, early_stopping=True)))
+    hf_tok = AutoTokenizer.from_pretrained(path, src_lang="de")
+    hf_model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert (hf_model.generation_config.num_beams, hf_model.generation_config.max_length) == (3, 24)
+
+    params = load(path, weights=False).decode_params()
+    assert (params.num_beams, params.max_new_tokens, params.early_stopping) == (3, 23, True)
+    batch = hf_tok(FAMILY_SENTENCES[:4], return_tensors="pt", padding=True)
+    with torch.no_grad():  # transformers' defaults, the target language forced as the first token
+        out = hf_model.generate(**batch, forced_bos_token_id=language_id(hf_tok, "fr"))
+    expected = hf_tok.batch_decode(out, skip_special_tokens=True)
+    got = Translator.from_pretrained(path).translate(FAMILY_SENTENCES[:4], source_lang="de", target_lang="fr")
+    assert [t.text for t in got] == expected

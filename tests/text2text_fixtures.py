@@ -59,7 +59,7 @@ def _perturb(model, seed: int) -> None:
 def build_t5(path: Path, variant: str = "v1_1", seed: int = 0) -> Path:
     """variant: "v1_0" (ReLU, tied, rescaled output; spiece.model only, no tokenizer.json), "v1_1" (gated-GELU,
     untied head), "madlad" (model_type t5, gated-GELU, untied, <2xx> target tokens in the vocabulary, heads × d_kv
-    != d_model)."""
+    != d_model, and MADLAD-400's special ids: decoder start 0 (<unk>), pad 1, eos 2, where T5's are 0, 0, 1)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration, T5Tokenizer
@@ -68,8 +68,9 @@ def build_t5(path: Path, variant: str = "v1_1", seed: int = 0) -> Path:
     scratch = path / "_spm_source"
     scratch.mkdir(exist_ok=True)
     symbols = [f"<2{code}>" for code in MADLAD_TARGETS] if variant == "madlad" else []
-    spm_bytes = _train_spm(_corpus(seed + 7), 400, "unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
-                           user_defined_symbols=symbols)
+    madlad = variant == "madlad"
+    ids = dict(unk_id=0, pad_id=1, eos_id=2) if madlad else dict(pad_id=0, eos_id=1, unk_id=2)
+    spm_bytes = _train_spm(_corpus(seed + 7), 400, "unigram", bos_id=-1, user_defined_symbols=symbols, **ids)
     (scratch / "spiece.model").write_bytes(spm_bytes)
     tokenizer = T5Tokenizer.from_pretrained(str(scratch), extra_ids=20, model_max_length=128)
     for file in scratch.iterdir():
@@ -84,17 +85,17 @@ def build_t5(path: Path, variant: str = "v1_1", seed: int = 0) -> Path:
         config_path.write_text(json.dumps(tok_config | {"extra_ids": 20}), encoding="utf-8")
 
     gated = variant != "v1_0"
-    d_kv = 12 if variant == "madlad" else 8
+    d_kv = 12 if madlad else 8
     torch.manual_seed(seed + 11)
     # equal layer counts: transformers 5.23 sizes T5's generate cache by num_layers (IndexError otherwise)
     config = T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=d_kv, d_ff=48, num_layers=2, num_decoder_layers=2,
                       num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
                       feed_forward_proj="gated-gelu" if gated else "relu", dropout_rate=0.0,
-                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+                      decoder_start_token_id=0, pad_token_id=ids["pad_id"], eos_token_id=ids["eos_id"])
     model = T5ForConditionalGeneration(config).eval()
     _perturb(model, seed)
-    model.generation_config = GenerationConfig(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
-                                               max_length=60)
+    model.generation_config = GenerationConfig(decoder_start_token_id=0, pad_token_id=ids["pad_id"],
+                                               eos_token_id=ids["eos_id"], max_length=60)
     model.save_pretrained(path)
     if gated:  # untied: the Hub layout (see the module docstring)
         weights = load_file(str(path / "model.safetensors"))
