@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import FileError, MarkupError, detect_language, detectable, read_file, text_content
+from model import FileError, FileTooLarge, MarkupError, detect_language, detectable, read_file, text_content
 
 from ..domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BadBody, InvalidRequest
+from ..errors import BadBody, BodyTooLarge, InvalidRequest
 from .languages import serves
 from .provider import ModelProvider
 
@@ -126,21 +126,23 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
 
 async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None,
                          target_lang: str | None, model: str | None = None) -> bytes:
-    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind. Its texts
-    (cues, paragraphs) go as jobs of at most the models' max_texts each, concurrently. A damaged or unsupported
-    file is a 400 naming the problem."""
+    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind: its texts
+    (cues, paragraphs) as one job, whose sentences the model's engine takes a window at a time (the request's
+    limits, not max_texts, bound a file). Read and written off the event loop. A damaged or unsupported file is a
+    400 naming the problem, one that would inflate past a limit a 413 naming it."""
+    settings = provider.settings
     try:
-        parsed = read_file(data, suffix)
+        parsed = await asyncio.to_thread(read_file, data, suffix, settings.max_file_expanded_bytes,
+                                         settings.max_file_ratio)
+    except FileTooLarge as e:
+        raise BodyTooLarge(str(e), field="file", limit=e.limit) from None
     except (FileError, MarkupError) as e:
         raise BadBody(str(e), field="file") from None
     if not parsed.texts:
-        return parsed.write([])
+        return await asyncio.to_thread(parsed.write, [])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags)
-    size = provider.settings.max_texts
-    chunks = [range(start, min(start + size, len(parsed.texts))) for start in range(0, len(parsed.texts), size)]
-    jobs = [TranslationJob(texts=tuple(parsed.texts[i] for i in chunk), fields=tuple(f"file[{i}]" for i in chunk),
-                           source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
-            for chunk in chunks]
-    results = await asyncio.gather(*(translate(provider, job, model, detect_missing=False) for job in jobs))
-    return parsed.write([t.text for result in results for t in result.texts])
+    job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
+                         source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
+    result = await (await provider.get(model, source_lang, target_lang)).translate(job)
+    return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])

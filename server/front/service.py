@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Hypothesis, MarkupError, ModelBundle, Source,
-                   UnsupportedLanguage, iso_code, prepare)
+                   UnsupportedLanguage, WordTooLong, iso_code, prepare)
 
 from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -81,9 +81,12 @@ class ModelService:
         by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options, job.beams_field)
+        self._within(job.texts_field, "characters", sum(len(text) for text, _ in targeted),
+                     self.settings.max_request_chars)
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])
+        self._within(job.texts_field, "sentences to translate", len(documents.units), self.settings.max_request_units)
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
         sources = self._sources(documents.units, fields, source_lang, targets, encoded)
@@ -101,6 +104,14 @@ class ModelService:
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
 
+    @staticmethod
+    def _within(field: str, what: str, count: int, limit: int) -> None:
+        """The request's budget, before any work: its characters (markup as sent: no DTD expands it, so the text
+        translated is never more) and, once cut, its sentences; a file counts its texts."""
+        if count > limit:
+            raise InvalidRequest(f"{field}: the request has {count} {what}; at most {limit}", field=field,
+                                 limit=limit)
+
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
                   target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:
         limit = self.settings.max_document_chars
@@ -116,7 +127,9 @@ class ModelService:
         language = iso_code(source_lang) if source_lang else None
         try:
             return prepare(text, language, options.format, options.split_sentences, options.ignore_tags,
-                           options.non_splitting_tags, options.splitting_tags, fits)
+                           options.non_splitting_tags, options.splitting_tags, fits, self.settings.max_word_pieces)
+        except WordTooLong as e:
+            raise InvalidRequest(f"{field}: {e}", field=field, limit=e.limit) from None
         except MarkupError as e:
             raise BadBody(f"{field}: {e}", field=field) from None
         except ValueError as e:  # an unknown format or split mode
