@@ -199,3 +199,14 @@ def test_a_long_word_without_spaces_is_a_422_naming_the_limit(client):
 def test_a_word_a_few_pieces_long_is_still_translated(client):
     response = client.post("/v1/translate", json={"text": "a" * 600, "target_lang": "de"})
     assert response.status_code == 200 and response.json()["translations"][0]["text"]
+
+
+def test_a_file_is_billed_the_characters_of_its_text():
+    """A .docx of 36 KB holding 14 characters of text is billed 14 (it was billed its bytes; a small zip could
+    hold far more text than its size)."""
+    with in_process_client(Settings(api_keys=(KEY,), character_quota=1_000)) as keyed:
+        response = keyed.post("/v1/translate/file", headers={"Authorization": f"Bearer {KEY}"},
+                              files={"file": ("a.docx", docx_bytes("forty-two", "seven"))}, data={"target_lang": "de"})
+        assert response.status_code == 200, response.text
+        usage = keyed.get("/v2/usage", headers={"Authorization": f"DeepL-Auth-Key {KEY}"}).json()
+    assert usage["character_count"] == len("forty-two") + len("seven")

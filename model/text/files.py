@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 from xml.sax.saxutils import escape
 
-from .markup import pieces
+from .markup import pieces, text_content
 
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".docx")
 _RUN = "r"
@@ -46,6 +46,11 @@ class ParsedFile:
     format: str  # how the texts are to be read: "text", "html", "xml"
     write: Callable[[list[str]], bytes]  # translated texts → the translated file
     non_splitting_tags: tuple[str, ...] = ()
+
+    @property
+    def characters(self) -> int:
+        """The characters a reader sees, what is translated (and billed): no tags, no run markup."""
+        return sum(len(text_content(text, self.format)) for text in self.texts)
 
 
 def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 10_000_000, max_ratio: int = 100) -> ParsedFile:

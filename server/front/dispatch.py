@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import FileError, FileTooLarge, MarkupError, detect_language, detectable, read_file, text_content
+from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_language, detectable, read_file, text_content
 
 from ..domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import BadBody, BodyTooLarge, InvalidRequest
@@ -124,20 +124,24 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
                              output_tokens=sum(r.output_tokens for r in results))
 
 
-async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None,
-                         target_lang: str | None, model: str | None = None) -> bytes:
-    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind: its texts
-    (cues, paragraphs) as one job, whose sentences the model's engine takes a window at a time (the request's
-    limits, not max_texts, bound a file). Read and written off the event loop. A damaged or unsupported file is a
-    400 naming the problem, one that would inflate past a limit a 413 naming it."""
+async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> ParsedFile:
+    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) read off the event loop. A damaged or
+    unsupported file is a 400 naming the problem, one that would inflate past a limit a 413 naming it."""
     settings = provider.settings
     try:
-        parsed = await asyncio.to_thread(read_file, data, suffix, settings.max_file_expanded_bytes,
-                                         settings.max_file_ratio)
+        return await asyncio.to_thread(read_file, data, suffix, settings.max_file_expanded_bytes,
+                                       settings.max_file_ratio)
     except FileTooLarge as e:
         raise BodyTooLarge(str(e), field="file", limit=e.limit) from None
     except (FileError, MarkupError) as e:
         raise BadBody(str(e), field="file") from None
+
+
+async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lang: str | None,
+                         target_lang: str | None, model: str | None = None) -> bytes:
+    """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
+    paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
+    not max_texts, bound a file."""
     if not parsed.texts:
         return await asyncio.to_thread(parsed.write, [])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
