@@ -151,6 +151,12 @@ def test_billion_laughs_is_refused_without_growing_memory():
     assert int(done.stdout) < 10_000  # KiB of peak RSS the parse added (was 120-245 MB)
 
 
+def test_html_the_parser_cannot_read_is_a_400_as_text_and_as_a_file(client):
+    response = client.post("/v1/translate", json={"text": "<!ELEMENT<![ x", "target_lang": "de", "format": "html"})
+    assert "not readable HTML" in error(response, 400)["message"]
+    assert "not readable HTML" in error(post_file(client, "a.html", b"<p>seven</p><!ELEMENT<![ x"), 400)["message"]
+
+
 # ---- 2: a large legal file goes a window at a time; an over-limit one is refused up front ---------------------
 def srt(cues: int, text: str = "forty-two") -> bytes:
     return "".join(f"{i + 1}\n00:00:01,000 --> 00:00:02,000\n{text}\n\n" for i in range(cues)).encode()

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 from xml.sax.saxutils import escape
 
-from .markup import pieces, text_content
+from .markup import MarkupError, pieces, text_content
 
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".docx")
 _RUN = "r"
@@ -46,11 +46,14 @@ class ParsedFile:
     format: str  # how the texts are to be read: "text", "html", "xml"
     write: Callable[[list[str]], bytes]  # translated texts → the translated file
     non_splitting_tags: tuple[str, ...] = ()
+    characters: int = field(init=False)  # what a reader sees, what is translated (and billed): no tags, no run markup
 
-    @property
-    def characters(self) -> int:
-        """The characters a reader sees, what is translated (and billed): no tags, no run markup."""
-        return sum(len(text_content(text, self.format)) for text in self.texts)
+    def __post_init__(self):
+        """Reading the texts' markup here makes markup a parser refuses a FileError of read_file's."""
+        try:
+            self.characters = sum(len(text_content(text, self.format)) for text in self.texts)
+        except MarkupError as e:
+            raise FileError(f"the file's markup: {e}") from None
 
 
 def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 10_000_000, max_ratio: int = 100) -> ParsedFile:

@@ -86,8 +86,11 @@ class _HTMLPieces(HTMLParser):
     handle_decl = handle_pi = unknown_decl = handle_comment
 
     def pieces(self) -> list[Piece]:
-        self.feed(self.document)
-        self.close()
+        try:
+            self.feed(self.document)
+            self.close()
+        except AssertionError as e:  # how _markupbase refuses a declaration it cannot read (`<!ELEMENT<![`)
+            raise MarkupError(f"not readable HTML: {e}") from None
         ends = [start for start, _, _ in self.found[1:]] + [len(self.document)]
         out = []
         for (start, kind, tag), end in zip(self.found, ends):

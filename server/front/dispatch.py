@@ -133,7 +133,7 @@ async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> Pa
                                        settings.max_file_ratio)
     except FileTooLarge as e:
         raise BodyTooLarge(str(e), field="file", limit=e.limit) from None
-    except (FileError, MarkupError) as e:
+    except FileError as e:
         raise BadBody(str(e), field="file") from None
 
 
