@@ -72,13 +72,17 @@ def with_entry(data: bytes, name: str, write) -> bytes:
 
 DOCUMENT = zipfile.ZipFile(io.BytesIO(docx_bytes("forty-two"))).read("word/document.xml").decode()
 BODY = DOCUMENT.index("<w:body>")
+W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
 
 
-# ---- 3: a .docx whose XML is not well-formed, or carries a DTD ----------------------------------------------
+# ---- 3: a .docx whose XML is not well-formed, not a Word document, or carries a DTD -----------------------------
 @pytest.mark.parametrize("xml,words", [
     (DOCUMENT[:BODY] + "<w:body><w:p>", "not a valid .docx file: Premature end of data"),
     ('<?xml version="1.0"?><!DOCTYPE w:document [<!ENTITY a "forty-two">]>'
      + DOCUMENT[DOCUMENT.index("<w:document"):].replace("forty-two", "&a;"), "carries a DTD"),
+    ("<x/>", "has no attribute 'body'"),  # well-formed, but no w:document: python-docx's AttributeError
+    (f'<w:document {W}><w:body><w:tbl><w:tr><w:tc><w:tcPr><w:vMerge/></w:tcPr><w:p/></w:tc></w:tr></w:tbl>'
+     "</w:body></w:document>", "no tr above topmost tr"),
 ])
 def test_a_docx_with_broken_or_dtd_xml_is_a_400(client, xml, words):
     data = with_entry(docx_bytes("forty-two"), "word/document.xml", lambda f: f.write(xml.encode()))

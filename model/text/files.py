@@ -128,15 +128,18 @@ def _docx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
     _check_archive(data, max_expanded_bytes, max_ratio)
     try:
         document = docx.Document(io.BytesIO(data))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, etree.LxmlError) as e:
+        for part in document.part.package.iter_parts():
+            element = getattr(part, "element", None)  # XML parts (others are binary)
+            if element is not None and element.getroottree().docinfo.doctype:
+                raise FileError(f"{part.partname} carries a DTD (<!DOCTYPE>)")
+        paragraphs = [p for p in _paragraphs(document) if p.runs]
+        texts = ["".join(f'<{_RUN} i="{i}">{escape(run.text)}</{_RUN}>' for i, run in enumerate(p.runs))
+                 for p in paragraphs]
+    # python-docx reads well-formed XML of the wrong structure (a root that is no w:document, a part without the
+    # elements it expects, a vertical merge with no row above) with whatever error its code meets
+    except (PackageNotFoundError, zipfile.BadZipFile, etree.LxmlError, AttributeError, IndexError, KeyError,
+            TypeError, ValueError) as e:
         raise FileError(f"not a valid .docx file: {e}") from None
-    for part in document.part.package.iter_parts():
-        element = getattr(part, "element", None)  # XML parts (others are binary)
-        if element is not None and element.getroottree().docinfo.doctype:
-            raise FileError(f"not a valid .docx file: {part.partname} carries a DTD (<!DOCTYPE>)")
-    paragraphs = [p for p in _paragraphs(document) if p.runs]
-    texts = ["".join(f'<{_RUN} i="{i}">{escape(run.text)}</{_RUN}>' for i, run in enumerate(p.runs))
-             for p in paragraphs]
 
     def write(translations: list[str]) -> bytes:
         for paragraph, translated in zip(paragraphs, translations):
