@@ -183,6 +183,12 @@ def test_a_file_of_many_cues_never_fills_the_queue(client, alone):
         alone("seven")
 
 
+def test_a_file_with_source_auto_is_detected_as_one_job(client, alone):
+    response = client.post("/v1/translate/file", files={"file": ("a.srt", srt(3))},
+                           data={"target_lang": "de", "source_lang": "auto"})
+    assert response.status_code == 200 and response.text.count(alone("forty-two")) == 3
+
+
 def test_a_file_over_the_sentence_limit_is_a_422_naming_it(client):
     response, took = timed(lambda: post_file(client, "big.srt", srt(401)))
     found = error(response, 422)

@@ -69,11 +69,23 @@ def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -
 async def translate(provider: ModelProvider, job: TranslationJob, model: str | None = None, *,
                     detect_missing: bool = True) -> TranslationResult:
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
-    Every translation passes here: the number of texts is checked here, once."""
+    Every translation of texts passes here: the number of texts is checked here, once."""
     limit = provider.settings.max_texts
     if len(job.texts) > limit:
         raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {limit}", field=job.texts_field,
                              limit=limit)
+    return await _translate(provider, job, model, detect_missing)
+
+
+async def _translate(provider: ModelProvider, job: TranslationJob, model: str | None,
+                     detect_missing: bool) -> TranslationResult:
+    """Every translation passes here, a file's too (the request's limits bound its texts, not max_texts): the
+    request's characters are checked here, once, before detection reads them (markup as sent: no DTD expands it,
+    so the text translated is never more)."""
+    count, limit = sum(map(len, job.texts)), provider.settings.max_request_chars
+    if count > limit:
+        raise InvalidRequest(f"{job.texts_field}: the request has {count} characters; at most {limit}",
+                             field=job.texts_field, limit=limit)
     if not is_auto(job.source_lang, detect_missing):
         return await (await provider.get(model, job.source_lang, job.target_lang)).translate(job)
     candidates = _candidates(provider, model, job.target_lang, everything=False)
@@ -148,5 +160,5 @@ async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lan
                           non_splitting_tags=parsed.non_splitting_tags)
     job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
                          source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
-    result = await (await provider.get(model, source_lang, target_lang)).translate(job)
+    result = await _translate(provider, job, model, detect_missing=False)
     return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])

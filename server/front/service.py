@@ -77,16 +77,17 @@ class ModelService:
     # ---- translation -------------------------------------------------------------------------------------
     async def translate(self, job: TranslationJob) -> TranslationResult:
         """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
-        running batch, and each text is rebuilt from its sentences' translations. (The number of texts is checked
-        by front.dispatch, which every job passes.)"""
+        running batch, and each text is rebuilt from its sentences' translations. (The number of texts and the request's
+        characters are checked by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options, job.beams_field)
-        self._within(job.texts_field, "characters", sum(len(text) for text, _ in targeted),
-                     self.settings.max_request_chars)
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])
-        self._within(job.texts_field, "sentences to translate", len(documents.units), self.settings.max_request_units)
+        limit = self.settings.max_request_units
+        if len(documents.units) > limit:
+            raise InvalidRequest(f"{job.texts_field}: the request has {len(documents.units)} sentences to translate; "
+                                 f"at most {limit}", field=job.texts_field, limit=limit)
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
         sources = self._sources(documents.units, fields, source_lang, targets, encoded)
@@ -103,14 +104,6 @@ class ModelService:
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
-
-    @staticmethod
-    def _within(field: str, what: str, count: int, limit: int) -> None:
-        """The request's budget, before any work: its characters (markup as sent: no DTD expands it, so the text
-        translated is never more) and, once cut, its sentences; a file counts its texts."""
-        if count > limit:
-            raise InvalidRequest(f"{field}: the request has {count} {what}; at most {limit}", field=field,
-                                 limit=limit)
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
                   target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:
