@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 from xml.sax.saxutils import escape
 
@@ -46,17 +46,10 @@ class ParsedFile:
     format: str  # how the texts are to be read: "text", "html", "xml"
     write: Callable[[list[str]], bytes]  # translated texts → the translated file
     non_splitting_tags: tuple[str, ...] = ()
-    characters: int = field(init=False)  # what a reader sees, what is translated (and billed): no tags, no run markup
-
-    def __post_init__(self):
-        """Reading the texts' markup here makes markup a parser refuses a FileError of read_file's."""
-        try:
-            self.characters = sum(len(text_content(text, self.format)) for text in self.texts)
-        except MarkupError as e:
-            raise FileError(f"the file's markup: {e}") from None
+    characters: int = 0  # what a reader sees, what is translated (and billed): no tags, no run markup
 
 
-def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 10_000_000, max_ratio: int = 100) -> ParsedFile:
+def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max_ratio: int = 100) -> ParsedFile:
     suffix = suffix.lower()
     if suffix not in SUFFIXES:
         raise FileError(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(SUFFIXES)}")
@@ -68,7 +61,16 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 10_000_000, ma
         raise FileError(f"the {suffix} file is not UTF-8 text (byte {e.start})") from None
     if suffix == ".srt":
         return _srt(text)
-    return ParsedFile([text], "text" if suffix == ".txt" else "html", lambda out: out[0].encode("utf-8"))
+    if suffix == ".txt":
+        return ParsedFile([text], "text", _utf8, characters=len(text))
+    try:
+        return ParsedFile([text], "html", _utf8, characters=len(text_content(text, "html")))
+    except MarkupError as e:
+        raise FileError(f"the {suffix} file's markup: {e}") from None
+
+
+def _utf8(translations: list[str]) -> bytes:
+    return translations[0].encode("utf-8")
 
 
 def _srt(text: str) -> ParsedFile:
@@ -98,7 +100,8 @@ def _srt(text: str) -> ParsedFile:
             position = end
         return "".join(out + lines[position:]).encode("utf-8")
 
-    return ParsedFile([cue_text(s, e) for s, e in cues], "text", write)
+    texts = [cue_text(s, e) for s, e in cues]
+    return ParsedFile(texts, "text", write, characters=sum(map(len, texts)))
 
 
 def _check_archive(data: bytes, max_expanded_bytes: int, max_ratio: int) -> None:
@@ -133,8 +136,7 @@ def _docx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
             if element is not None and element.getroottree().docinfo.doctype:
                 raise FileError(f"{part.partname} carries a DTD (<!DOCTYPE>)")
         paragraphs = [p for p in _paragraphs(document) if p.runs]
-        texts = ["".join(f'<{_RUN} i="{i}">{escape(run.text)}</{_RUN}>' for i, run in enumerate(p.runs))
-                 for p in paragraphs]
+        run_texts = [[run.text for run in p.runs] for p in paragraphs]
     # python-docx reads well-formed XML of the wrong structure (a root that is no w:document, a part without the
     # elements it expects, a vertical merge with no row above) with whatever error its code meets
     except (PackageNotFoundError, zipfile.BadZipFile, etree.LxmlError, AttributeError, IndexError, KeyError,
@@ -149,7 +151,9 @@ def _docx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
         document.save(out)
         return out.getvalue()
 
-    return ParsedFile(texts, "xml", write, non_splitting_tags=(_RUN,))
+    texts = ["".join(f'<{_RUN} i="{i}">{escape(text)}</{_RUN}>' for i, text in enumerate(its)) for its in run_texts]
+    return ParsedFile(texts, "xml", write, non_splitting_tags=(_RUN,),
+                      characters=sum(len(text) for its in run_texts for text in its))
 
 
 def _paragraphs(document):
