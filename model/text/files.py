@@ -45,8 +45,8 @@ class ParsedFile:
     texts: list[str]
     format: str  # how the texts are to be read: "text", "html", "xml"
     write: Callable[[list[str]], bytes]  # translated texts → the translated file
+    characters: int  # what a reader sees, what is translated (and billed): no tags, no run markup
     non_splitting_tags: tuple[str, ...] = ()
-    characters: int = 0  # what a reader sees, what is translated (and billed): no tags, no run markup
 
 
 def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max_ratio: int = 100) -> ParsedFile:
