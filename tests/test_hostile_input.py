@@ -13,8 +13,9 @@ import zipfile
 import docx
 import pytest
 from server_process import ROOT, in_process_client
+from test_text_files import alone  # noqa: F401 (a fixture: each sentence translated alone)
+from test_text_files import post as post_file
 
-from model import Translator
 from server.settings import Settings
 
 SETTINGS = Settings(max_batch_rows=8, max_waiting_sequences=64, max_texts=2, max_request_units=400,
@@ -26,16 +27,6 @@ KEY = "hostile-key"
 def client():
     with in_process_client(SETTINGS) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def alone():
-    translator = Translator.from_pretrained()
-    return lambda text: translator.translate([text], target_lang="de")[0].text
-
-
-def post_file(client, name: str, data: bytes):
-    return client.post("/v1/translate/file", files={"file": (name, data)}, data={"target_lang": "de"})
 
 
 def timed(call):

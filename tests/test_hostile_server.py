@@ -15,8 +15,7 @@ import httpx
 import pytest
 from server_process import running_server
 from test_hostile_input import AMPLIFIED, BILLION_LAUGHS, DOCUMENT, docx_bytes, srt, with_entry
-
-from model import Translator
+from test_text_files import alone  # noqa: F401 (a fixture: each sentence translated alone)
 
 PEAK_GROWTH_KB = 200_000
 
@@ -25,12 +24,6 @@ PEAK_GROWTH_KB = 200_000
 def server():
     with running_server("--no-ray", "--max-batch-rows", "16", timeout=120) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def alone():
-    translator = Translator.from_pretrained()
-    return lambda text: translator.translate([text], target_lang="de")[0].text
 
 
 def peak_kb(pid: int) -> int:
