@@ -56,7 +56,9 @@ async def run(args) -> list[tuple[str, list[str]]]:
     both sides of a ratio."""
     said = sentences(args.sentences)
     document = "\n".join(" ".join(said[i:i + 5]) for i in range(0, len(said), 5))
-    settings = Settings.from_env(max_batch_rows=64, max_document_chars=len(document) + 1, request_timeout_s=600)
+    settings = Settings.from_env(max_batch_rows=64, max_document_chars=len(document) + 1,
+                                 max_request_chars=len(document) + 1, max_request_units=2 * len(said),
+                                 request_timeout_s=600)
     translator = Translator.from_pretrained()
     default_threads = torch.get_num_threads()
     engine_threads = set_engine_threads(len(os.sched_getaffinity(0)), settings)  # as python -m server sets them

@@ -15,15 +15,15 @@ from .errors import CheckpointError
 from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
-from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, Documents, FileError, MarkupError, detect_language,
-                   detectable, prepare, read_file, text_content)
+from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, Documents, FileError, FileTooLarge, MarkupError,
+                   ParsedFile, WordTooLong, detect_language, detectable, prepare, read_file, text_content)
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "Documents", "Encoded", "FileError", "Hypothesis", "MarkupError", "ModelBundle",
-           "ModelConfig", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "demo_model_dir", "detect_language", "detectable", "is_repo_id", "iso_code",
-           "keep_freed_memory",
+           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Hypothesis", "MarkupError", "ModelBundle",
+           "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
+           "UnsupportedLanguage", "WordTooLong", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
+           "iso_code", "keep_freed_memory",
            "load", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
            "word_alignments"]

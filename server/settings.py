@@ -39,6 +39,10 @@ class Settings:
     rate_limit_per_minute: int = 0  # work requests per API key (per client address without keys); 0 = none
     character_quota: int = 0  # characters translated per API key (per address without keys); 0 = none
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
+    max_request_units: int = 2_000  # sentences (and pieces of over-long ones) one request translates; more is refused
+    max_word_pieces: int = 8  # pieces one word without spaces may be cut into to fit max_input_tokens; more is refused
+    max_file_expanded_bytes: int = 4_000_000  # uncompressed bytes of a .docx's zip entries, read before inflating
+    max_file_ratio: int = 100  # how many times its compressed size one .docx zip entry may inflate
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
     max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)

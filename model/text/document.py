@@ -49,9 +49,11 @@ class Document:
 
 def prepare(text: str, language: str | None, format: str = "text", split_sentences: str = "1",
             ignore_tags: Sequence[str] = (), non_splitting_tags: Sequence[str] = (),
-            splitting_tags: Sequence[str] = (), fits: Callable[[str], bool] | None = None) -> Document:
+            splitting_tags: Sequence[str] = (), fits: Callable[[str], bool] | None = None,
+            max_word_pieces: int | None = None) -> Document:
     """`language`: the source's ISO 639 code, for sentence rules. Raises ValueError for an unknown format or
-    split mode, and markup.MarkupError for XML that is not well-formed."""
+    split mode, markup.MarkupError for XML that is not well-formed or declares a DTD, and segment.WordTooLong
+    for a word cut into more than `max_word_pieces` pieces."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     pieces = [Run(text)] if format == "text" else parts(text, format, ignore_tags, non_splitting_tags,
@@ -59,7 +61,7 @@ def prepare(text: str, language: str | None, format: str = "text", split_sentenc
     document = Document(pieces, escaper(format))
     for part in pieces:
         if isinstance(part, Run):
-            document.units += part.cut(language, split_sentences, fits)
+            document.units += part.cut(language, split_sentences, fits, max_word_pieces)
     return document
 
 

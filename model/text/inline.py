@@ -45,8 +45,9 @@ class Run:
     sources: list[tuple[int, str, str]] | None = None  # None: the source is `text` itself
     spans: list[Span] | None = None  # set by cut()
 
-    def cut(self, language: str | None, mode: str, fits: Callable[[str], bool] | None) -> list[str]:
-        self.spans = segment(self.text, language, mode, fits)
+    def cut(self, language: str | None, mode: str, fits: Callable[[str], bool] | None,
+            max_word_pieces: int | None = None) -> list[str]:
+        self.spans = segment(self.text, language, mode, fits, max_word_pieces)
         return [self.text[s.start:s.end] for s in self.spans if s.translate]
 
     def render(self, translations: Sequence[str], alignments: Sequence[Alignment | None],

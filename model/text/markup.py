@@ -6,6 +6,10 @@ its source bytes. Block elements (and `splitting_tags`) end a run of text; inlin
 `<span>`, ..., and `non_splitting_tags`) stay inside it as marks (see inline.py), so a sentence with a link is
 translated as one sentence and the link's tags are put back around the aligned target words. In XML an element
 is inline when its parent holds text of its own (mixed content), unless the tag lists say otherwise.
+
+An XML document whose DOCTYPE declares anything (an internal subset: entities, elements) is refused before expat reads
+the declarations: entity expansion would make text the request's character limits never saw (a 6 KB document of
+6 MB, or billion laughs), so the text translated is never more than the text sent.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ _ROOT = "s2s-fragment"  # wraps an XML fragment for expat
 
 
 class MarkupError(ValueError):
-    """A document the parser rejects (XML that is not well-formed)."""
+    """A document the parser rejects (XML that is not well-formed, or that declares a DTD)."""
+
+
+def _refuse_declarations(name, system_id, public_id, has_internal_subset) -> None:
+    if has_internal_subset:
+        raise MarkupError(f"the DOCTYPE {name!r} declares a DTD (entities, elements); DTD declarations are not "
+                          f"accepted")
 
 
 @dataclass(frozen=True)
@@ -76,8 +86,11 @@ class _HTMLPieces(HTMLParser):
     handle_decl = handle_pi = unknown_decl = handle_comment
 
     def pieces(self) -> list[Piece]:
-        self.feed(self.document)
-        self.close()
+        try:
+            self.feed(self.document)
+            self.close()
+        except AssertionError as e:  # how _markupbase refuses a declaration it cannot read (`<!ELEMENT<![`)
+            raise MarkupError(f"not readable HTML: {e}") from None
         ends = [start for start, _, _ in self.found[1:]] + [len(self.document)]
         out = []
         for (start, kind, tag), end in zip(self.found, ends):
@@ -101,6 +114,7 @@ def _xml_pieces(document: str) -> list[Piece]:
     parser.CommentHandler = parser.ProcessingInstructionHandler = lambda *_: add("opaque")
     parser.StartCdataSectionHandler = parser.EndCdataSectionHandler = lambda: add("cdata")
     parser.DefaultHandlerExpand = lambda _: add("opaque")
+    parser.StartDoctypeDeclHandler = _refuse_declarations
     try:
         parser.Parse(data, True)
     except expat.ExpatError as e:

@@ -8,7 +8,8 @@ Modes (DeepL's `split_sentences`): "1" splits at line breaks, then into sentence
 language; "nonewlines" splits into sentences only (a line break inside a sentence stays in it); "0" keeps the
 text as one unit. Whitespace around units is never sent to the model: it comes back as it was. A unit that
 `fits` rejects (too many tokens for the model) is cut further: at clause punctuation, then between words, then
-between characters, each chunk as long as still fits.
+between characters, each chunk as long as still fits. A word cut into more than `max_word_pieces` pieces of
+characters raises WordTooLong (a 100,000-character word would otherwise be hundreds of full-length sequences).
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ _FINER = (_CLAUSE, _WORD, _CHAR)  # how an over-long unit is cut, coarsest first
 Fits = Callable[[str], bool]
 
 
+class WordTooLong(ValueError):
+    """A word (no whitespace) that only many pieces of characters would fit."""
+
+    def __init__(self, length: int, pieces: int, limit: int):
+        super().__init__(f"a word of {length} characters without spaces would be cut into {pieces} pieces; at most "
+                         f"{limit}")
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class Span:
     start: int
@@ -36,7 +46,8 @@ class Span:
     translate: bool  # False: whitespace or a line break between units, kept as it is
 
 
-def segment(text: str, language: str | None, mode: str = "1", fits: Fits | None = None) -> list[Span]:
+def segment(text: str, language: str | None, mode: str = "1", fits: Fits | None = None,
+            max_word_pieces: int | None = None) -> list[Span]:
     """Spans covering `text` in order; `language` is an ISO 639 code (sentencex falls back for others)."""
     if mode not in SPLIT_MODES:
         raise ValueError(f"split_sentences must be one of {', '.join(SPLIT_MODES)}, got {mode!r}")
@@ -46,7 +57,7 @@ def segment(text: str, language: str | None, mode: str = "1", fits: Fits | None 
         lines = [(0, len(text))] if mode == "nonewlines" else _between(text, _LINE_BREAK)
         units = _cores(text, [s for start, end in lines for s in _sentences(text, start, end, language or "en")])
     if fits is not None and mode != "0":  # "0" asks for one unit: too long is the caller's error
-        units = [piece for start, end in units for piece in _cut(text, start, end, fits, 0)]
+        units = [piece for start, end in units for piece in _cut(text, start, end, fits, 0, max_word_pieces)]
     return _with_separators(len(text), units)
 
 
@@ -86,15 +97,19 @@ def _cores(text: str, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]
     return cores
 
 
-def _cut(text: str, start: int, end: int, fits: Fits, level: int) -> list[tuple[int, int]]:
+def _cut(text: str, start: int, end: int, fits: Fits, level: int,
+         max_word_pieces: int | None) -> list[tuple[int, int]]:
     """text[start:end] as chunks that fit: clauses, else words, else characters (a single character that does
     not fit is left to the caller's limit check)."""
     if fits(text[start:end]) or level == len(_FINER):
         return [(start, end)]
     pieces = _cores(text, ((start + m.start(), start + m.end()) for m in _FINER[level].finditer(text[start:end])))
+    packed = _pack(text, pieces, fits)
+    if _FINER[level] is _CHAR and max_word_pieces is not None and len(packed) > max_word_pieces:
+        raise WordTooLong(end - start, len(packed), max_word_pieces)
     chunks = []
-    for chunk in _pack(text, pieces, fits):
-        chunks += _cut(text, *chunk, fits, level + 1) if chunk in pieces else [chunk]
+    for chunk in packed:
+        chunks += _cut(text, *chunk, fits, level + 1, max_word_pieces) if chunk in pieces else [chunk]
     return chunks
 
 

@@ -31,7 +31,7 @@ class QuotaExceeded(ServerError):
 
 
 def characters(texts: Iterable[str]) -> int:
-    """What a request of texts is charged against a character quota (a file is charged its size in bytes)."""
+    """What a request of texts is charged against a character quota (a file is charged the characters of its text)."""
     return sum(map(len, texts))
 
 

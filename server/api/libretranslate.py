@@ -173,7 +173,7 @@ async def detect(request: Request):
 async def translate_file(request: Request):
     state = served(request)
     """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
-    is charged its size in bytes against the character quota."""
+    is charged the characters of its text against the character quota."""
     params = await read_params(request)
     caller = caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     upload = params.first("file")
@@ -188,9 +188,9 @@ async def translate_file(request: Request):
     source = None if dispatch.is_auto(form.source) else canonical(form.source)
 
     async def work():
-        with state.keys.spending(caller, len(data)):
-            translated = await dispatch.translate_file(state.provider, data, filename.suffix, source,
-                                                       canonical(form.target))
+        parsed = await dispatch.read_document(state.provider, data, filename.suffix)
+        with state.keys.spending(caller, parsed.characters):
+            translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target))
         name = state.downloads.put(filename.name, translated)
         return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")
 

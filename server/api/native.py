@@ -111,8 +111,9 @@ async def translate_file(request: Request):
     data = await upload.read()
 
     async def work():
-        with state.keys.spending(caller(request), len(data)):
-            translated = await dispatch.translate_file(state.provider, data, name.suffix, **fields)
+        parsed = await dispatch.read_document(state.provider, data, name.suffix)
+        with state.keys.spending(caller(request), parsed.characters):
+            translated = await dispatch.translate_file(state.provider, parsed, **fields)
         download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
         return Response(translated, media_type=upload.content_type or "application/octet-stream",
                         headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from model import FileError, MarkupError, detect_language, detectable, read_file, text_content
+from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_language, detectable, read_file, text_content
 
 from ..domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BadBody, InvalidRequest
+from ..errors import BadBody, BodyTooLarge, InvalidRequest
 from .languages import serves
 from .provider import ModelProvider
 
@@ -69,11 +69,23 @@ def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -
 async def translate(provider: ModelProvider, job: TranslationJob, model: str | None = None, *,
                     detect_missing: bool = True) -> TranslationResult:
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
-    Every translation passes here: the number of texts is checked here, once."""
+    Every translation of texts passes here: the number of texts is checked here, once."""
     limit = provider.settings.max_texts
     if len(job.texts) > limit:
         raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {limit}", field=job.texts_field,
                              limit=limit)
+    return await _translate(provider, job, model, detect_missing)
+
+
+async def _translate(provider: ModelProvider, job: TranslationJob, model: str | None,
+                     detect_missing: bool) -> TranslationResult:
+    """Every translation passes here, a file's too (the request's limits bound its texts, not max_texts): the
+    request's characters are checked here, once, before detection reads them (markup as sent: no DTD expands it,
+    so the text translated is never more)."""
+    count, limit = sum(map(len, job.texts)), provider.settings.max_request_chars
+    if count > limit:
+        raise InvalidRequest(f"{job.texts_field}: the request has {count} characters; at most {limit}",
+                             field=job.texts_field, limit=limit)
     if not is_auto(job.source_lang, detect_missing):
         return await (await provider.get(model, job.source_lang, job.target_lang)).translate(job)
     candidates = _candidates(provider, model, job.target_lang, everything=False)
@@ -124,23 +136,29 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
                              output_tokens=sum(r.output_tokens for r in results))
 
 
-async def translate_file(provider: ModelProvider, data: bytes, suffix: str, source_lang: str | None,
-                         target_lang: str | None, model: str | None = None) -> bytes:
-    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) translated, in the same kind. Its texts
-    (cues, paragraphs) go as jobs of at most the models' max_texts each, concurrently. A damaged or unsupported
-    file is a 400 naming the problem."""
+async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> ParsedFile:
+    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) read off the event loop. A damaged or
+    unsupported file is a 400 naming the problem, one that would inflate past a limit a 413 naming it."""
+    settings = provider.settings
     try:
-        parsed = read_file(data, suffix)
-    except (FileError, MarkupError) as e:
+        return await asyncio.to_thread(read_file, data, suffix, settings.max_file_expanded_bytes,
+                                       settings.max_file_ratio)
+    except FileTooLarge as e:
+        raise BodyTooLarge(str(e), field="file", limit=e.limit) from None
+    except FileError as e:
         raise BadBody(str(e), field="file") from None
+
+
+async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lang: str | None,
+                         target_lang: str | None, model: str | None = None) -> bytes:
+    """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
+    paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
+    not max_texts, bound a file."""
     if not parsed.texts:
-        return parsed.write([])
+        return await asyncio.to_thread(parsed.write, [])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags)
-    size = provider.settings.max_texts
-    chunks = [range(start, min(start + size, len(parsed.texts))) for start in range(0, len(parsed.texts), size)]
-    jobs = [TranslationJob(texts=tuple(parsed.texts[i] for i in chunk), fields=tuple(f"file[{i}]" for i in chunk),
-                           source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
-            for chunk in chunks]
-    results = await asyncio.gather(*(translate(provider, job, model, detect_missing=False) for job in jobs))
-    return parsed.write([t.text for result in results for t in result.texts])
+    job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
+                         source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
+    result = await _translate(provider, job, model, detect_missing=False)
+    return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Hypothesis, MarkupError, ModelBundle, Source,
-                   UnsupportedLanguage, iso_code, prepare)
+                   UnsupportedLanguage, WordTooLong, iso_code, prepare)
 
 from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -77,13 +77,17 @@ class ModelService:
     # ---- translation -------------------------------------------------------------------------------------
     async def translate(self, job: TranslationJob) -> TranslationResult:
         """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
-        running batch, and each text is rebuilt from its sentences' translations. (The number of texts is checked
-        by front.dispatch, which every job passes.)"""
+        running batch, and each text is rebuilt from its sentences' translations. (The number of texts and the request's
+        characters are checked by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options, job.beams_field)
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])
+        limit = self.settings.max_request_units
+        if len(documents.units) > limit:
+            raise InvalidRequest(f"{job.texts_field}: the request has {len(documents.units)} sentences to translate; "
+                                 f"at most {limit}", field=job.texts_field, limit=limit)
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
         sources = self._sources(documents.units, fields, source_lang, targets, encoded)
@@ -116,7 +120,9 @@ class ModelService:
         language = iso_code(source_lang) if source_lang else None
         try:
             return prepare(text, language, options.format, options.split_sentences, options.ignore_tags,
-                           options.non_splitting_tags, options.splitting_tags, fits)
+                           options.non_splitting_tags, options.splitting_tags, fits, self.settings.max_word_pieces)
+        except WordTooLong as e:
+            raise InvalidRequest(f"{field}: {e}", field=field, limit=e.limit) from None
         except MarkupError as e:
             raise BadBody(f"{field}: {e}", field=field) from None
         except ValueError as e:  # an unknown format or split mode
