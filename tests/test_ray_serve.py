@@ -136,7 +136,7 @@ def test_two_replicas_both_serve(main_app):
     while len(replicas) < 2 and time.monotonic() < deadline:
         replicas.add(handle.describe.remote().result()["replica"])
     assert len(replicas) == 2
-    models = httpx.get(f"{url}/v1/models").json()["models"]
+    models = httpx.get(f"{url}/v1/models").json()["data"]
     assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
 
 
@@ -525,7 +525,7 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
     paths = [str(checkpoint), str(family_checkpoints["nllb"]), str(family_checkpoints["mbart50"])]
     with deployed("families", paths, settings=settings, replicas=1, max_models_per_replica=2) as handle:
         url = f"{serve_url}/families"
-        cards = {c["id"]: c for c in httpx.get(f"{url}/v1/models").json()["models"]}
+        cards = {c["id"]: c for c in httpx.get(f"{url}/v1/models").json()["data"]}
         registry = ModelRegistry.from_paths(paths)
         for name, entry in registry.entries.items():
             info = model_info(entry, settings)

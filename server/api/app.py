@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider
 from ..settings import Settings
-from . import deepl, libretranslate, native
+from . import deepl, libretranslate, native, openai
 from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, route_path, validation_error
@@ -24,7 +24,7 @@ from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)
 
-STYLES = (libretranslate.STYLE, deepl.STYLE, NATIVE)  # the first that owns a path renders its errors
+STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, NATIVE)  # the first that owns a path renders its errors
 
 
 def render(path: str, error: ServerError) -> Response:
@@ -47,6 +47,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     native.add_routes(app, app.state.served)
     libretranslate.STYLE.add_routes(app)
     deepl.STYLE.add_routes(app)
+    openai.STYLE.add_routes(app)
     app.router.add_api_route("/healthz", healthz, methods=["GET"])
     app.router.add_api_route("/readyz", readyz, methods=["GET"])
     app.router.add_api_route("/metrics", metrics, methods=["GET"])
@@ -54,8 +55,8 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     return app
 
 
-async def server_error(_: Request, exc: ServerError):
-    return NATIVE.render(exc)
+async def server_error(request: Request, exc: ServerError):
+    return render(route_path(request.scope), exc)  # a native route's guard: /v1/models answers as OpenAI's
 
 
 async def invalid(_: Request, exc: RequestValidationError):
