@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider
+from ..keystore import KeyStore
 from ..settings import Settings
 from . import deepl, libretranslate, native, openai
 from .deps import AppState, served
@@ -35,7 +36,7 @@ def render(path: str, error: ServerError) -> Response:
 def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app = FastAPI(title="seq2seq-serve", version="0.1.0",
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.state.served = AppState(provider, settings, Keys(settings),
+    app.state.served = AppState(provider, settings, Keys(settings, KeyStore(settings.key_store)),
                                 Downloads(settings.max_downloads, settings.download_ttl_s))
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
