@@ -5,7 +5,9 @@ import httpx
 import openai
 import pytest
 from num2words import num2words
-from server_process import running_server
+from server_process import eventually, in_process_client, running_server
+
+from server.settings import Settings
 
 KEY = "openai-test-key"
 MODEL = "demo-numbers"
@@ -166,3 +168,17 @@ def test_wrong_key_is_an_authentication_error(url):
     with pytest.raises(openai.AuthenticationError) as raised:
         wrong.models.list()
     assert raised.value.body["type"] == "authentication_error"
+
+
+def test_a_full_queue_is_a_503_with_retry_after_in_openai_shape():
+    """More choices than the batch rows and the queue hold: 503 with Retry-After (the client retries it), the
+    choices already queued leave the batch."""
+    with in_process_client(Settings(max_batch_rows=2, max_waiting_sequences=2)) as app:
+        response = app.post("/v1/completions", json={"model": MODEL, "prompt": [words(n) for n in range(1, 9)]})
+        assert response.status_code == 503 and response.headers["retry-after"] == "1"
+        assert response.json()["error"]["type"] == "server_error"
+
+        def served() -> bool:
+            return app.post("/v1/completions", json={"model": MODEL, "prompt": words(3)}).status_code == 200
+
+        assert eventually(served, timeout=10, interval=0.1)  # once the engine has let the cancelled ones go
