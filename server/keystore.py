@@ -76,7 +76,7 @@ class KeyStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
-            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, consistent always
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses nothing, a power cut the last commits
             self.db.executescript(SCHEMA)
             with self.transaction():  # a file this process may read but not write fails here, not at a request
                 self.db.execute("UPDATE keys SET active = active WHERE id = ''")
@@ -97,9 +97,10 @@ class KeyStore:
 
     def _insert(self, name: str, key: str, rate_limit_per_minute: int | None, character_quota: int | None,
                 from_env: bool) -> None:
+        hint = key[:min(10, len(key) // 3)]
         self.db.execute("INSERT INTO keys (id, name, hint, rate_limit_per_minute, character_quota, from_env, created) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET active = 1",
-                        (key_id(key), name, key[:min(10, len(key) // 3)], rate_limit_per_minute, character_quota, int(from_env),
+                        (key_id(key), name, hint, rate_limit_per_minute, character_quota, int(from_env),
                          int(time.time())))
 
     def sync_env(self, keys: tuple[str, ...]) -> None:
