@@ -133,6 +133,7 @@ class ModelInfo:
     max_input_tokens: int
     max_new_tokens: int
     max_beams: int
+    chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
 
     def codes(self, side: str) -> tuple[str, ...]:
         """The model's own codes of its "source" or "target" languages."""

@@ -1,6 +1,8 @@
 """OpenAI's API through a real server (python -m server --no-ray, demo model, an API key configured): the official
 `openai` client unchanged with base_url=<server>/v1, LangChain's reading of a chat answer, OpenAI's errors."""
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -170,15 +172,45 @@ def test_wrong_key_is_an_authentication_error(url):
     assert raised.value.body["type"] == "authentication_error"
 
 
-def test_a_full_queue_is_a_503_with_retry_after_in_openai_shape():
+@pytest.fixture(scope="module")
+def chatty_app(tmp_path_factory):
+    """In this process: "chatty", the demo model with a chat template in its tokenizer_config.json (it names the
+    target language and sends every user turn; it refuses system messages), and a queue of 2 behind 2 rows."""
+    from model import demo_model_dir
+
+    chatty = tmp_path_factory.mktemp("models") / "chatty"
+    chatty.mkdir()
+    for source in demo_model_dir().iterdir():
+        if source.name != "tokenizer_config.json":
+            (chatty / source.name).symlink_to(source)
+    config = json.loads((demo_model_dir() / "tokenizer_config.json").read_text())
+    template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system messages') }}{% endif %}"
+                ">>it<< {% for m in messages if m['role'] == 'user' %}{{ m['content'] }}{% endfor %}")
+    (chatty / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    settings = Settings(max_batch_rows=2, max_waiting_sequences=2, engine_process=False)
+    with in_process_client(settings, [str(chatty)]) as app:
+        yield app
+
+
+def test_a_full_queue_is_a_503_with_retry_after_in_openai_shape(chatty_app):
     """More choices than the batch rows and the queue hold: 503 with Retry-After (the client retries it), the
     choices already queued leave the batch."""
-    with in_process_client(Settings(max_batch_rows=2, max_waiting_sequences=2)) as app:
-        response = app.post("/v1/completions", json={"model": MODEL, "prompt": [words(n) for n in range(1, 9)]})
-        assert response.status_code == 503 and response.headers["retry-after"] == "1"
-        assert response.json()["error"]["type"] == "server_error"
+    response = chatty_app.post("/v1/completions", json={"model": "chatty", "prompt": [words(n) for n in range(1, 9)]})
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json()["error"]["type"] == "server_error"
 
-        def served() -> bool:
-            return app.post("/v1/completions", json={"model": MODEL, "prompt": words(3)}).status_code == 200
+    def served() -> bool:
+        return chatty_app.post("/v1/completions", json={"model": "chatty", "prompt": words(3)}).status_code == 200
 
-        assert eventually(served, timeout=10, interval=0.1)  # once the engine has let the cancelled ones go
+    assert eventually(served, timeout=10, interval=0.1)  # once the engine has let the cancelled ones go
+
+
+def test_a_models_own_chat_template_makes_its_input(chatty_app):
+    messages = [{"role": "user", "content": "six hundred "}, {"role": "assistant", "content": "?"},
+                {"role": "user", "content": "and five"}]
+    answer = chatty_app.post("/v1/chat/completions", json={"model": "chatty", "messages": messages}).json()
+    assert answer["choices"][0]["message"]["content"] == words(605, "it")
+    refused = chatty_app.post("/v1/chat/completions", json={"model": "chatty", "messages": [
+        {"role": "system", "content": "x"}, *messages]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert "no system messages" in refused.json()["error"]["message"]
