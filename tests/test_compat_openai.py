@@ -116,6 +116,15 @@ def test_chat_one_user_message_is_its_text(client):
     assert again.choices[0].message.content == choice.message.content and again.usage == answer.usage
 
 
+def test_chat_system_messages_go_before_the_last_user_message(client):
+    messages = [{"role": "system", "content": ">>fr<<"}, {"role": "user", "content": "one"},
+                {"role": "assistant", "content": "un"}, {"role": "user", "content": words(42)}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages)
+    completion = client.completions.create(model=MODEL, prompt=f">>fr<<\n\n{words(42)}")
+    assert chat.choices[0].message.content == completion.choices[0].text == words(42, "fr")
+    assert chat.usage == completion.usage
+
+
 def test_chat_streaming_role_then_pieces_then_finish(client):
     messages = [{"role": "user", "content": [{"type": "text", "text": f">>fr<< {words(71071)}"}]}]
     chunks = list(client.chat.completions.create(model=MODEL, messages=messages, stream=True))
@@ -147,7 +156,8 @@ def test_unknown_model_is_not_found(client):
 
 @pytest.mark.parametrize("extra, param", [({"temperature": 5}, "temperature"), ({"echo": True}, "echo"),
                                           ({"logprobs": 2}, "logprobs"), ({"max_tokens": 100000}, "max_tokens"),
-                                          ({"n": 2, "temperature": 0}, "n"), ({"prompt": []}, "prompt")])
+                                          ({"n": 2, "temperature": 0}, "n"), ({"prompt": []}, "prompt"),
+                                          ({"stop": ["x"] * 17}, "stop")])
 def test_bad_parameter_is_a_bad_request_naming_it(client, extra, param):
     with pytest.raises(openai.BadRequestError) as raised:
         client.completions.create(**{"model": MODEL, "prompt": words(1), **extra})

@@ -63,7 +63,7 @@ class Knobs(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0, allow_inf_nan=False)
     top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(None, max_length=16)  # as /v1/generate's
     n: int = Field(1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
