@@ -83,7 +83,7 @@ class Workload:
         request = urllib.request.Request(f"{host.rstrip('/')}/v1/models", headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
-                cards = json.load(response)["models"]
+                cards = json.load(response)["data"]
         except (OSError, ValueError, KeyError) as e:
             log.warning("could not read the model's languages from %s/v1/models (%s); sending no target_lang",
                         host, e)

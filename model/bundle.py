@@ -57,6 +57,7 @@ class ModelBundle:
     tokenizer: Tokenizer
     generation: DecodeParams  # the checkpoint's generation defaults
     normalize: Callable[[str], str] | None = None  # Moses punctuation normalization, opt-in
+    chat_template: str | None = None  # tokenizer_config.json's Jinja template of a conversation, if it has one
 
     @property
     def languages(self) -> Languages:
@@ -165,4 +166,15 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
         from sacremoses import MosesPunctNormalizer
         normalize = MosesPunctNormalizer(tokenizer.languages.default_source or "en").normalize
     name = str(path) if hub.is_repo_id(path) and model_dir != Path(path) else model_dir.name
-    return ModelBundle(name, family.name, config, network, tokenizer, generation, normalize)
+    return ModelBundle(name, family.name, config, network, tokenizer, generation, normalize,
+                       read_chat_template(model_dir))
+
+
+def read_chat_template(model_dir: Path) -> str | None:
+    """tokenizer_config.json's `chat_template`: a template, or a list of named ones (the one named "default")."""
+    path = model_dir / "tokenizer_config.json"
+    template = read_json(path).get("chat_template") if path.exists() else None
+    if isinstance(template, list):
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    return template if isinstance(template, str) else None

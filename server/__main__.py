@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 from .runtime.listen import ensure_free
 from .runtime.ray_main import add_ray_arguments
@@ -37,6 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         ensure_free(settings.host, settings.port)
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    from .keystore import KeyStore, KeyStoreError
+
+    settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))  # one file for every process
+    try:
+        KeyStore(settings.key_store).close()  # created on first use; a damaged or read-only file stops us here
+    except KeyStoreError as e:
+        print(f"python -m server: {e}", file=sys.stderr)
         return 1
     from model import CheckpointError
 

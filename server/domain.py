@@ -90,7 +90,9 @@ class GenerationJob:
     stop: tuple[str, ...] = ()
     source_lang: str | None = None  # translation models: which languages (else the model's defaults)
     target_lang: str | None = None
-    beams_field: str = "num_beams"
+    beams_field: str = "num_beams"  # how the API names the text and the knobs, in errors
+    text_field: str = "text"
+    tokens_field: str = "max_new_tokens"
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class ModelInfo:
     max_input_tokens: int
     max_new_tokens: int
     max_beams: int
+    chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
 
     def codes(self, side: str) -> tuple[str, ...]:
         """The model's own codes of its "source" or "target" languages."""

@@ -36,6 +36,7 @@ class Settings:
     health_stale_s: float = 30.0  # /healthz fails when the engine loop is dead or stuck this long
     drain_timeout_s: float = 30.0  # on SIGTERM: stop accepting, let in-flight requests finish this long
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    key_store: str = "keys.sqlite"  # the SQLite key store (keys, their limits and usage); relative: to the working dir
     rate_limit_per_minute: int = 0  # work requests per API key (per client address without keys); 0 = none
     character_quota: int = 0  # characters translated per API key (per address without keys); 0 = none
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)

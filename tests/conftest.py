@@ -14,6 +14,13 @@ for key, value in LOCAL_RAY_ENV.items():
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def own_working_directory(tmp_path, monkeypatch):
+    """Each test runs in a folder of its own, so an app made in the test keeps its key store (keys.sqlite in the
+    working directory, the default) to itself, as a fresh server would."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("checkpoints")

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +54,13 @@ class Server:
 
 @contextlib.contextmanager
 def running_server(*args: str, timeout: float = 60.0):
+    """A server with a key store of its own, unless SERVER_KEY_STORE names one (a test sharing it between two)."""
     port = free_port()
     cmd = [sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", str(port), *args]
+    store = tempfile.TemporaryDirectory()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={"SERVER_KEY_STORE": f"{store.name}/keys.sqlite", **os.environ,
+                                 "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -79,6 +83,7 @@ def running_server(*args: str, timeout: float = 60.0):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        store.cleanup()
 
 
 def eventually(condition, timeout: float = 10.0, interval: float = 0.02):

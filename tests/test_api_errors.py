@@ -112,7 +112,7 @@ def test_stop_strings_cut_the_output(client):
 
 
 def test_models_and_health(client):
-    card = client.get("/v1/models").json()["models"][0]
+    card = client.get("/v1/models").json()["data"][0]
     assert card["languages"] == ["de", "fr"] and card["limits"]["max_texts"] == 8
     assert client.get("/healthz").status_code == 200
 

@@ -26,7 +26,7 @@ def translate(client, **body):
 
 def test_models_lists_both_with_their_languages(served):
     client, marian, nllb = served
-    cards = {c["id"]: c for c in client.get("/v1/models").json()["models"]}
+    cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
     assert set(cards) == {marian, nllb.name}
     assert cards[marian]["family"] == "marian" and cards[nllb.name]["family"] == "m2m_100"
     assert {lang["code"] for lang in cards[marian]["target_languages"]} == {"de", "fr"}

@@ -147,7 +147,7 @@ def test_server_by_repo_ids(hub_cache, monkeypatch):
         monkeypatch.setenv(key, value)
     expected = transformers_translations(snapshot_of(hub_cache, "facebook/nllb-tiny"), "nllb")
     with running_server("--no-ray", "--model", "facebook/nllb-tiny", "--model", "google/flan-t5-tiny") as server:
-        models = httpx.get(server.url + "/v1/models").json()["models"]
+        models = httpx.get(server.url + "/v1/models").json()["data"]
         assert [m["id"] for m in models] == ["facebook/nllb-tiny", "google/flan-t5-tiny"]
         body = {"text": TEXTS, "model": "facebook/nllb-tiny", "source_lang": "eng_Latn", "target_lang": "fra_Latn",
                 "beam_size": 1, "max_new_tokens": MAX_NEW_TOKENS, "split_sentences": "0"}

@@ -1,10 +1,13 @@
 """Keys, per-key rate limits and character quotas: the counter on a fake clock, and one set shared by the native,
 LibreTranslate and DeepL APIs (in-process app, demo model), each API answering in its own shape and status."""
 
+import time
+
 import pytest
 from server_process import in_process_client
 
 from server.api.keys import Keys, QuotaExceeded, RateLimited
+from server.keystore import KeyStore, key_id
 from server.settings import Settings
 
 FORTY_TWO = "forty-two"  # 9 characters
@@ -12,45 +15,68 @@ FORTY_TWO = "forty-two"  # 9 characters
 
 class Clock:
     def __init__(self):
-        self.now = 1000.0
+        self.now = 60_000.0  # the start of a clock minute
 
     def __call__(self) -> float:
         return self.now
 
 
-def test_rate_limit_per_caller_per_minute_with_retry_after():
+def keys_of(clock=time.time, **settings) -> Keys:
+    return Keys(Settings(**settings), KeyStore("keys.sqlite"), clock)  # in this test's own folder
+
+
+def test_rate_limit_per_caller_per_clock_minute_with_retry_after():
     clock = Clock()
-    keys = Keys(Settings(api_keys=("a", "b"), rate_limit_per_minute=2), clock)
-    keys.admit("a")
+    keys = keys_of(clock, api_keys=("a", "b"), rate_limit_per_minute=2)
+    a, b = keys.caller("a", None), keys.caller("b", None)
+    keys.admit(a)
     clock.now += 20
-    keys.admit("a")
+    keys.admit(a)
     with pytest.raises(RateLimited) as raised:
-        keys.admit("a")
+        keys.admit(a)
     assert raised.value.retry_after_s == 40 and raised.value.message == "Slowdown: 2 per 1 minute"
-    keys.admit("b")  # another key has its own count
+    keys.admit(b)  # another key has its own count
     clock.now += 40
-    keys.admit("a")  # a new window
+    keys.admit(a)  # a new minute
 
 
 def test_callers_are_keys_when_configured_else_addresses():
-    keyed = Keys(Settings(api_keys=("a",)))
-    assert (keyed.caller("a", "1.2.3.4"), keyed.caller("x", "1.2.3.4"), keyed.caller(None, "1.2.3.4")) == \
-        ("a", None, None)
-    open_ = Keys(Settings())
+    keyed = keys_of(api_keys=("a",))
+    assert keyed.caller("a", "1.2.3.4") == key_id("a")
+    assert (keyed.caller("x", "1.2.3.4"), keyed.caller(None, "1.2.3.4")) == (None, None)
+    open_ = Keys(Settings(), KeyStore("open.sqlite"))
     assert open_.caller("anything", "1.2.3.4") == open_.caller(None, "1.2.3.4") != open_.caller(None, "5.6.7.8")
 
 
 def test_quota_charged_refunded_on_failure_and_reported():
-    keys = Keys(Settings(api_keys=("a",), character_quota=10))
-    with keys.spending("a", 6):
+    keys = keys_of(api_keys=("a",), character_quota=10)
+    a = keys.caller("a", None)
+    with keys.spending(a, 6):
         pass
-    with pytest.raises(RuntimeError), keys.spending("a", 4):
+    with pytest.raises(RuntimeError), keys.spending(a, 4):
         raise RuntimeError("the translation failed")
-    assert keys.usage("a") == (6, 10)
+    assert keys.usage(a) == (6, 10)
     with pytest.raises(QuotaExceeded):
-        with keys.spending("a", 5):
+        with keys.spending(a, 5):
             pass
-    assert Keys(Settings()).usage("anyone") == (0, None)
+    assert Keys(Settings(), KeyStore("open.sqlite")).usage("anyone") == (0, None)
+
+
+def test_a_keys_own_limits_over_the_servers_and_counts_shared_by_two_processes_stores():
+    """Two Keys over one file (two processes' connections): one key's limit of 3 admits 3 requests in all."""
+    store = KeyStore("keys.sqlite")
+    own = store.add("own", rate_limit_per_minute=3, character_quota=0)
+    first, second = (keys_of(api_keys=("env-key",), rate_limit_per_minute=1, character_quota=5) for _ in range(2))
+    caller = first.caller(own, None)
+    assert first.limits(caller) == (3, 0) and first.limits(first.caller("env-key", None)) == (1, 5)
+    admitted = 0
+    for keys in (first, second, first, second, first):
+        try:
+            keys.admit(caller)
+            admitted += 1
+        except RateLimited:
+            pass
+    assert admitted == 3 and store.usage(caller) == (0, 3)
 
 
 @pytest.fixture
@@ -116,7 +142,7 @@ def test_one_character_quota_across_the_three_apis(app_client):
 
 
 def test_nothing_is_counted_for_an_open_unlimited_server():
-    keys = Keys(Settings())
+    keys = keys_of()
     with keys.spending(keys.caller(None, "1.2.3.4"), 100):
         pass
-    assert keys.characters == {}
+    assert keys.store.usage("address:1.2.3.4") == (0, 0)

@@ -136,7 +136,7 @@ def test_two_replicas_both_serve(main_app):
     while len(replicas) < 2 and time.monotonic() < deadline:
         replicas.add(handle.describe.remote().result()["replica"])
     assert len(replicas) == 2
-    models = httpx.get(f"{url}/v1/models").json()["models"]
+    models = httpx.get(f"{url}/v1/models").json()["data"]
     assert models[0]["id"] == "demo-numbers" and models[0]["languages"] == ["de", "fr", "es", "it"]
 
 
@@ -153,6 +153,23 @@ def test_replicas_serve_http_on_one_port(serve_url, metrics_dir):
         assert all(served.values()) and sum(served.values()) == 40, served
         after = Scrape.of(url)
         assert after.delta(before, "s2s_requests_total", route="/v1/translate", status="200") == 40
+
+
+def test_two_replicas_share_one_keys_rate_limit_exactly(serve_url, metrics_dir, tmp_path):
+    """The replicas of a node count a key's requests in one key store: 5 a minute admits 5, not 5 per replica."""
+    settings = replace(SETTINGS, api_keys=("ray-key",), rate_limit_per_minute=5,
+                       key_store=str(tmp_path / "keys.sqlite"))
+    with deployed_at(serve_url, "replica-http", "keyed", [], settings, replicas=2) as (url, handle):
+        pids = replica_pids(handle, 2)
+        left = 60 - time.time() % 60
+        if left < 20:  # the limit counts per clock minute: the burst stays within one
+            time.sleep(left + 0.1)
+        statuses = [httpx.post(f"{url}/v1/translate", json={"text": "seven", "target_lang": "de"}, timeout=60,
+                               headers={"Authorization": "Bearer ray-key"}).status_code for _ in range(16)]
+        assert sorted(statuses) == [200] * 5 + [429] * 11
+        answered = {pid: process_scrape(metrics_dir, pid).get("s2s_requests_total", route="/v1/translate")
+                    for pid in pids}
+        assert all(answered.values()), answered  # both replicas took requests
 
 
 def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_url, metrics_dir, slow_checkpoint):
@@ -525,7 +542,7 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
     paths = [str(checkpoint), str(family_checkpoints["nllb"]), str(family_checkpoints["mbart50"])]
     with deployed("families", paths, settings=settings, replicas=1, max_models_per_replica=2) as handle:
         url = f"{serve_url}/families"
-        cards = {c["id"]: c for c in httpx.get(f"{url}/v1/models").json()["models"]}
+        cards = {c["id"]: c for c in httpx.get(f"{url}/v1/models").json()["data"]}
         registry = ModelRegistry.from_paths(paths)
         for name, entry in registry.entries.items():
             info = model_info(entry, settings)

@@ -14,8 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider
+from ..keystore import KeyStore
 from ..settings import Settings
-from . import deepl, libretranslate, native
+from . import deepl, libretranslate, native, openai
 from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, route_path, validation_error
@@ -24,7 +25,7 @@ from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)
 
-STYLES = (libretranslate.STYLE, deepl.STYLE, NATIVE)  # the first that owns a path renders its errors
+STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, NATIVE)  # the first that owns a path renders its errors
 
 
 def render(path: str, error: ServerError) -> Response:
@@ -35,7 +36,7 @@ def render(path: str, error: ServerError) -> Response:
 def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app = FastAPI(title="seq2seq-serve", version="0.1.0",
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.state.served = AppState(provider, settings, Keys(settings),
+    app.state.served = AppState(provider, settings, Keys(settings, KeyStore(settings.key_store)),
                                 Downloads(settings.max_downloads, settings.download_ttl_s))
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
@@ -47,6 +48,7 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     native.add_routes(app, app.state.served)
     libretranslate.STYLE.add_routes(app)
     deepl.STYLE.add_routes(app)
+    openai.STYLE.add_routes(app)
     app.router.add_api_route("/healthz", healthz, methods=["GET"])
     app.router.add_api_route("/readyz", readyz, methods=["GET"])
     app.router.add_api_route("/metrics", metrics, methods=["GET"])
@@ -54,8 +56,8 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     return app
 
 
-async def server_error(_: Request, exc: ServerError):
-    return NATIVE.render(exc)
+async def server_error(request: Request, exc: ServerError):
+    return render(route_path(request.scope), exc)  # a native route's guard: /v1/models answers as OpenAI's
 
 
 async def invalid(_: Request, exc: RequestValidationError):

@@ -7,7 +7,8 @@ a route on every request, which cost the HTTP process a measurable share of its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -24,6 +25,7 @@ class AppState:
     settings: Settings
     keys: Keys  # keys, rate limits and quotas: one set for all the APIs
     downloads: Downloads  # LibreTranslate's translated files
+    started: int = field(default_factory=lambda: int(time.time()))  # when the app was made (Unix seconds)
 
 
 def served(request: Request) -> AppState:

@@ -1,5 +1,6 @@
 """Errors in each API's shape: the native `{"error": {code, message, field?, limit?}}`, LibreTranslate's
-`{"error": message}`, DeepL's `{"message": message}`, each with that API's status for the domain error.
+`{"error": message}`, DeepL's `{"message": message}`, OpenAI's `{"error": {message, type, param, code}}`, each with
+that API's status for the domain error.
 
 Every error raised inside a compatible API's route (domain errors, a malformed form, anything unexpected) is rendered
 by that API's `ErrorStyle`; the app's handlers and its body guard render an error in the style of the API that owns
@@ -98,6 +99,13 @@ class ErrorStyle:
 def message_only(key: str) -> Callable[[ServerError], dict]:
     """The compatible APIs' body: the message alone, under `key`."""
     return lambda error: {key: error.message}
+
+
+def openai_body(error: ServerError, status: int) -> dict:
+    """OpenAI's body: the message, a type by status, the parameter at fault (`param`) and our code."""
+    kind = ("authentication_error" if status in (401, 403) else "rate_limit_error" if status == 429
+            else "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": error.message, "type": kind, "param": error.field, "code": error.code}}
 
 
 NATIVE = ErrorStyle(ServerError.body, owns=lambda path: True)

@@ -1,8 +1,11 @@
-"""API keys, per-key request rate limits and character quotas, shared by every API (native, LibreTranslate, DeepL).
+"""API keys, per-key request rate limits and character quotas, shared by every API (native, LibreTranslate, DeepL,
+OpenAI), over the key store (server.keystore): the SQLite file every process of a machine shares.
 
-A caller is its API key when keys are configured, else its client address. Counts live in memory, per HTTP
-process (replica or worker): with N of them a caller gets up to N times the limits, and a restart starts the counts
-afresh. Each API reads the key its own way and renders these errors in its own shape.
+A caller is its key (its hash) when the store held active keys at start (SERVER_API_KEYS' among them), else its
+client address. A key's own limits apply where it has them, the server's settings (rate_limit_per_minute,
+character_quota) where it has not. The keys are read from the store again every KEYS_FRESH_S, so a key added or
+removed with `python -m server.keys` takes effect within that; the counts are the store's, exact across processes.
+Each API reads the key its own way and renders these errors in its own shape.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from ..errors import ServerError
+from ..keystore import KeyRecord, KeyStore, key_id
 from ..settings import Settings
 
-WINDOW_S = 60.0
+WINDOW_S = 60  # requests are counted per clock minute, which every process reads alike
+KEYS_FRESH_S = 2.0  # how long a process trusts its copy of the keys
 
 
 class RateLimited(ServerError):
@@ -36,67 +41,73 @@ def characters(texts: Iterable[str]) -> int:
 
 
 class Keys:
-    """Who may call, how often (requests per fixed one-minute window), and how many characters in all."""
+    """Who may call, how often (requests per clock minute), and how many characters in all."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic):
-        self.keys = frozenset(settings.api_keys)
+    def __init__(self, settings: Settings, store: KeyStore, clock: Callable[[], float] = time.time):
         self.per_minute, self.quota = settings.rate_limit_per_minute, settings.character_quota
-        self.clock = clock
-        self.window_start = clock()
-        self.requests: dict[str, int] = {}  # this window's requests per caller; cleared when a window starts
-        self.characters: dict[str, int] = {}  # characters per caller since this replica started (with keys or a quota)
-
-    @property
-    def required(self) -> bool:
-        return bool(self.keys)
+        self.store, self.clock = store, clock
+        store.sync_env(settings.api_keys)
+        self.keys: dict[str, KeyRecord] = store.active()
+        self.keys_read, self.minute = clock(), int(clock() // WINDOW_S)
+        self.required = bool(self.keys)  # fixed at start: the first key added to an open server needs a restart
 
     def caller(self, key: str | None, address: str | None) -> str | None:
-        """The caller's identity: the key when keys are configured (None: missing or not a configured key),
+        """The caller's identity: the key's hash when keys are required (None: missing or not an active key),
         else the client address (any key, or none, is accepted)."""
-        if self.keys:
-            return key if key in self.keys else None
-        return f"address:{address or 'unknown'}"
+        if not self.required:
+            return f"address:{address or 'unknown'}"
+        if self.clock() - self.keys_read > KEYS_FRESH_S:
+            self.keys, self.keys_read = self.store.active(), self.clock()
+        found = key and key_id(key)
+        return found if found in self.keys else None
+
+    def limits(self, caller: str) -> tuple[int, int]:
+        """(requests per minute, character quota) of `caller`: its key's own, else the server's; 0 = none."""
+        record = self.keys.get(caller)
+        per_minute = record and record.rate_limit_per_minute
+        quota = record and record.character_quota
+        return (self.per_minute if per_minute is None else per_minute), (self.quota if quota is None else quota)
 
     def admit(self, caller: str) -> None:
-        """Count one request of `caller`; RateLimited (with the seconds to the next window) over the limit."""
-        if not self.per_minute:
+        """Count one request of `caller`; RateLimited (with the seconds to the next minute) over its limit."""
+        if not self.enforcing:
             return
         now = self.clock()
-        if now - self.window_start >= WINDOW_S:
-            self.window_start += WINDOW_S * ((now - self.window_start) // WINDOW_S)
-            self.requests.clear()
-        if self.requests.get(caller, 0) >= self.per_minute:
-            raise RateLimited(self.per_minute, max(1, math.ceil(self.window_start + WINDOW_S - now)))
-        self.requests[caller] = self.requests.get(caller, 0) + 1
+        minute, limit = int(now // WINDOW_S), self.limits(caller)[0]
+        if minute != self.minute:  # once a minute per process: earlier minutes are of no more use
+            self.minute = minute
+            self.store.forget_minutes_before(minute - 1)
+        if not self.store.admit(caller, minute, limit):
+            raise RateLimited(limit, max(1, math.ceil((minute + 1) * WINDOW_S - now)))
 
     @property
     def enforcing(self) -> bool:
         """Whether anything is checked per request (keys, a rate limit or a quota)."""
-        return bool(self.keys or self.per_minute or self.quota)
+        return bool(self.required or self.per_minute or self.quota)
 
     @property
     def counting(self) -> bool:
         """Whether characters are counted (keys or a quota): an open, unlimited server counts none."""
-        return bool(self.keys or self.quota)
+        return bool(self.required or self.quota)
 
     @contextmanager
     def spending(self, caller: str, characters: int):
         """Charge `characters` to `caller` for the work inside; refunded if the work fails. QuotaExceeded before
         any work when the charge would go past the quota."""
-        used = self.characters.get(caller, 0)
-        if self.quota and used + characters > self.quota:
-            raise QuotaExceeded(f"character quota exceeded: {used} of {self.quota} used, this request has "
-                                f"{characters}", limit=self.quota)
         if not self.counting:  # open and unlimited: no count to keep, one per client address
             yield
             return
-        self.characters[caller] = used + characters
+        quota = self.limits(caller)[1]
+        if self.store.charge(caller, characters, quota) is None:
+            used = self.store.usage(caller)[0]
+            raise QuotaExceeded(f"character quota exceeded: {used} of {quota} used, this request has "
+                                f"{characters}", limit=quota)
         try:
             yield
         except BaseException:
-            self.characters[caller] -= characters
+            self.store.refund(caller, characters)
             raise
 
     def usage(self, caller: str) -> tuple[int, int | None]:
         """(characters used, the quota or None)."""
-        return self.characters.get(caller, 0), self.quota or None
+        return self.store.usage(caller)[0], self.limits(caller)[1] or None

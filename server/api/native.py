@@ -7,7 +7,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -19,7 +19,7 @@ from .deps import AppState, authorize, caller, served
 from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
-from .streaming import json_response, sse, until_disconnect
+from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest) -> TranslationJob:
@@ -60,9 +60,9 @@ def generate_response(result: GenerationResult) -> GenerateResponse:
                             usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
 
 
-def model_card(info: ModelInfo) -> ModelCard:
+def model_card(info: ModelInfo, created: int) -> ModelCard:
     return ModelCard(
-        id=info.id, family=info.family, languages=[lang.code for lang in info.target_languages],
+        id=info.id, created=created, family=info.family, languages=[lang.code for lang in info.target_languages],
         source_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.source_languages],
         target_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.target_languages],
         default_beam_size=info.default_beam_size,
@@ -132,26 +132,21 @@ async def generate(body: GenerateRequest, request: Request):
 
         return await until_disconnect(request, work())
     with state.keys.spending(caller(request), characters([body.text])):
-        events = service.generate_events(job)
-        first = await anext(events)  # validation and queueing errors surface here, as plain HTTP errors
-    return StreamingResponse(event_stream(first, events), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        events = await opened(service.generate_events(job))
+    return event_response(event_stream(events))
 
 
-async def event_stream(first, events):
+async def event_stream(events):
     """/v1/generate's server-sent events: text pieces, then the finish reason and usage, then [DONE]; an error
     after the first event is sent as an event in the native error shape."""
-    event = first
     try:
-        while True:
+        async for event in events:
             if event.finish_reason is None:
                 yield sse({"text": event.text})
             else:
                 usage = {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens}
                 yield sse({"text": "", "finish_reason": event.finish_reason, "usage": usage})
-                yield "data: [DONE]\n\n"
-                return
-            event = await anext(events)
+                yield DONE
     except ServerError as e:
         yield sse(e.body())
     finally:
@@ -159,7 +154,8 @@ async def event_stream(first, events):
 
 
 async def models(request: Request):
-    return ModelList(models=[model_card(info) for info in served(request).provider.models()])
+    state = served(request)
+    return ModelList(data=[model_card(info, state.started) for info in state.provider.models()])
 
 
 def with_body(handler: Callable, schema: type) -> Callable:

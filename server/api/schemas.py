@@ -143,7 +143,12 @@ class Language(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """An entry of OpenAI's model list (id, object, created, owned_by) with this server's fields beside them."""
+
     id: str
+    object: Literal["model"] = "model"
+    created: int = Field(description="when this server started serving (Unix seconds)")
+    owned_by: str = "seq2seq-serve"
     family: str
     languages: list[str] = Field(description="target language codes (the model's own)")
     source_languages: list[Language]
@@ -153,4 +158,7 @@ class ModelCard(BaseModel):
 
 
 class ModelList(BaseModel):
-    models: list[ModelCard]
+    """OpenAI's shape, so its clients (and front-ends that list models first) read it."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

@@ -28,6 +28,7 @@ class ModelEntry:
     target_langs: tuple[str, ...]
     default_beams: int
     max_positions: int
+    chat_template: str | None = None
 
     @property
     def pairs(self) -> int:
@@ -43,7 +44,7 @@ def describe(name: str, path: Path | str) -> ModelEntry:
     bundle = load(path, weights=False)
     langs = bundle.languages
     return ModelEntry(name, str(path), bundle.family, tuple(langs.source), tuple(langs.target),
-                      bundle.generation.num_beams, bundle.max_positions)
+                      bundle.generation.num_beams, bundle.max_positions, bundle.chat_template)
 
 
 def model_limits(settings: Settings, max_positions: int) -> Settings:
@@ -59,7 +60,7 @@ def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
         source_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.source_langs),
         target_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.target_langs),
         default_beam_size=entry.default_beams, max_texts=limits.max_texts, max_input_tokens=limits.max_input_tokens,
-        max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit)
+        max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, chat_template=entry.chat_template)
 
 
 class ModelRegistry:

@@ -53,13 +53,13 @@ class ModelService:
                                      field=name, limit=self.settings.max_input_tokens)
         return sources
 
-    def _params(self, options: DecodeOptions, beams_field: str) -> DecodeParams:
+    def _params(self, options: DecodeOptions, beams_field: str, tokens_field: str = "max_new_tokens") -> DecodeParams:
         """The request's choices over the model's defaults (ModelBundle.decode_params), within the server's limits:
         a choice above a limit is refused, a model default above one is lowered to it."""
         s, choices = self.settings, options.choices()
         if options.max_new_tokens is not None and options.max_new_tokens > s.max_new_tokens:
-            raise InvalidRequest(f"max_new_tokens {options.max_new_tokens} is above the limit {s.max_new_tokens}",
-                                 field="max_new_tokens", limit=s.max_new_tokens)
+            raise InvalidRequest(f"{tokens_field} {options.max_new_tokens} is above the limit {s.max_new_tokens}",
+                                 field=tokens_field, limit=s.max_new_tokens)
         if options.num_beams is not None and options.num_beams > s.beam_limit:
             raise InvalidRequest(f"{beams_field} {options.num_beams} is above the limit {s.beam_limit}",
                                  field=beams_field, limit=s.beam_limit)
@@ -151,9 +151,9 @@ class ModelService:
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
-        params = self._params(job.options, job.beams_field)
+        params = self._params(job.options, job.beams_field, job.tokens_field)
         source_lang, [(text, target)] = self._targets(job.source_lang, job.target_lang, (job.text,), translating=False)
-        source, = self._sources([text], ["text"], source_lang, [target])
+        source, = self._sources([text], [job.text_field], source_lang, [target])
         (sequence, queue), = self.engine.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)
         stops = [s for s in job.stop if s]

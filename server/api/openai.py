@@ -1,0 +1,279 @@
+"""OpenAI's completions and chat completions, mapped onto /v1/generate's path (ModelService.generate_events): the
+official `openai` clients and the tools on top of them (LangChain, front-ends) work with base_url=<server>/v1.
+
+Each prompt (or, in chat, the conversation's text, see `chat_text`: the model's own template if it has one) is one
+generation job; a list of prompts and `n` > 1 are several jobs in the running batch at once, their choices in order
+(prompt by prompt, n each). `n` > 1 draws n samples (temperature 1 unless given; with a `seed` the i-th sample uses seed + i); `temperature` 0 is greedy
+(one beam); no temperature and n 1: the model's own defaults. Prompt tokens are the encoder's tokens, completion
+tokens the generated ones (as the native `usage`). Errors are `{"error": {"message", "type", "param", "code"}}`: 400
+a bad or unsupported parameter (named in `param`), 401 a key rejected, 404 an unknown model, 429 rate limit or
+character quota, 503 the queue full (both with Retry-After). GET /v1/models (native.models) answers OpenAI's list.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Literal
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from jinja2 import Template, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..domain import DecodeOptions, GenerationJob, StreamEvent
+from ..errors import InvalidRequest, ServerError, UnknownModel
+from ..settings import Settings
+from .deps import AppState, served
+from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, openai_body
+from .keys import QuotaExceeded, characters
+from .reading import caller_of, read_params, validated
+from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
+
+PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
+INVALID_KEY = "Incorrect API key provided: send Authorization: Bearer <key>"
+# Parameters with no meaning here: refused (400 naming them) unless given their neutral value.
+UNSUPPORTED = {"echo": (False,), "suffix": ("",), "logprobs": (False,), "top_logprobs": (0,), "best_of": (1,),
+               "logit_bias": ({},), "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
+               "functions": ([],), "tool_choice": ("none",), "response_format": ({"type": "text"},)}
+SYSTEM_ROLES = ("system", "developer")
+
+
+def owns(path: str) -> bool:
+    return path in PATHS
+
+
+STYLE = ErrorStyle(lambda error: openai_body(error, STYLE.status(error)), owns,
+                   {**BAD_REQUEST, UnknownModel: 404, InvalidKey: 401, QuotaExceeded: 429})
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class Knobs(BaseModel):
+    """What both endpoints take (unknown fields are ignored, as OpenAI-compatible servers do)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1, max_length=200)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: str | list[str] | None = Field(None, max_length=16)  # as /v1/generate's
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(None, max_length=256)
+    source_lang: str | None = Field(None, max_length=32, description="translation models, as in /v1/generate")
+    target_lang: str | None = Field(None, max_length=32)
+
+
+class CompletionRequest(Knobs):
+    prompt: str | list[str]
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or ())
+
+
+class ChatRequest(Knobs):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+def chat_text(messages: list[Message], template: str | None) -> str:
+    """The encoder's input for a conversation: the model's own chat template where its tokenizer_config.json has
+    one; else (these models have none) the last user message as it is, after the system (developer) messages'
+    texts, each separated by a blank line. Earlier turns are not sent."""
+    if template is not None:
+        return templated(template, messages)
+    users = [m for m in messages if m.role == "user"]
+    if not users:
+        raise InvalidRequest("messages: at least one message with role 'user' is required", field="messages")
+    return "\n\n".join([m.text for m in messages if m.role in SYSTEM_ROLES and m.text] + [users[-1].text])
+
+
+def refuse(message: str):
+    raise TemplateError(message)
+
+
+TEMPLATES = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders them
+TEMPLATES.globals["raise_exception"] = refuse
+
+
+@lru_cache(maxsize=16)
+def compiled(template: str) -> Template:
+    return TEMPLATES.from_string(template)
+
+
+def templated(template: str, messages: list[Message]) -> str:
+    try:
+        return compiled(template).render(messages=[{"role": m.role, "content": m.text} for m in messages],
+                                         add_generation_prompt=True)
+    except TemplateError as e:
+        raise InvalidRequest(f"messages: the model's chat template refused them: {e}", field="messages") from None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What differs between the two endpoints' answers: the object names and how a choice holds its text."""
+
+    object: str
+    chunk_object: str
+    id_prefix: str
+    whole: Callable[[str], dict]  # a choice of the full answer
+    piece: Callable[[str], dict]  # a streamed choice's new text
+    closing: dict  # a streamed choice's last chunk, beside its finish_reason
+    opening: dict | None = None  # a streamed choice's first chunk, before any text
+
+
+COMPLETION = Shape("text_completion", "text_completion", "cmpl-", lambda text: {"text": text},
+                   lambda text: {"text": text}, closing={"text": ""})
+CHAT = Shape("chat.completion", "chat.completion.chunk", "chatcmpl-",
+             lambda text: {"message": {"role": "assistant", "content": text}},
+             lambda text: {"delta": {"content": text}}, closing={"delta": {}},
+             opening={"delta": {"role": "assistant", "content": ""}})
+
+
+def refuse_unsupported(params: dict[str, Any]) -> None:
+    for name, neutral in UNSUPPORTED.items():
+        if params.get(name) is not None and params[name] not in neutral:
+            raise InvalidRequest(f"{name} is not supported by this server", field=name)
+
+
+def options(body: Knobs, max_tokens: int | None, sample: int) -> DecodeOptions:
+    """The decoding knobs of the `sample`-th choice of a prompt."""
+    if body.temperature == 0:
+        if body.n > 1:
+            raise InvalidRequest("n > 1 draws n samples: temperature must be above 0", field="n")
+        return DecodeOptions(max_new_tokens=max_tokens, num_beams=1)  # greedy
+    temperature = body.temperature if body.temperature is not None or body.n == 1 else 1.0
+    seed = None if body.seed is None else (body.seed + sample) % 2**63
+    return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=seed)
+
+
+def jobs(body: Knobs, texts: list[str], fields: list[str], settings: Settings) -> list[GenerationJob]:
+    """One job per choice, prompt by prompt, n each; within the server's limits on texts and characters."""
+    if len(texts) * body.n > settings.max_texts:
+        raise InvalidRequest(f"{len(texts)} prompts × n {body.n} is more than {settings.max_texts} choices",
+                             field="n" if body.n > 1 else fields[0].partition("[")[0], limit=settings.max_texts)
+    for text, name in zip(texts, fields):
+        if len(text) > settings.max_generate_chars:
+            raise InvalidRequest(f"{name} has {len(text)} characters; at most {settings.max_generate_chars}",
+                                 field=name, limit=settings.max_generate_chars)
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    tokens_field, max_tokens = next(((name, getattr(body, name)) for name in ("max_completion_tokens", "max_tokens")
+                                     if getattr(body, name, None)), ("max_tokens", None))
+    return [GenerationJob(text=text, options=options(body, max_tokens, sample), stop=stop,
+                          source_lang=body.source_lang, target_lang=body.target_lang, text_field=name,
+                          tokens_field=tokens_field)
+            for text, name in zip(texts, fields) for sample in range(body.n)]
+
+
+async def read(request: Request, state: AppState, schema: type[Knobs]) -> tuple[str, Knobs]:
+    """The caller (from `Authorization: Bearer`, counted against its rate limit) and the body."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    who = caller_of(request, state.keys, key.strip() if scheme.lower() == "bearer" else None, INVALID_KEY, work=True)
+    params = await read_params(request)
+    data = {name: params.first(name) for name in params.values}
+    refuse_unsupported(data)
+    return who, validated(schema, data, lambda name: f"{name}: a required parameter is missing",
+                          lambda name, why: f"{name}: {why}")
+
+
+@STYLE.route("/v1/completions", ["POST"])
+async def completions(request: Request):
+    state = served(request)
+    who, body = await read(request, state, CompletionRequest)
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if not prompts:
+        raise InvalidRequest("prompt: at least one prompt is required", field="prompt")
+    fields = ["prompt"] if isinstance(body.prompt, str) else [f"prompt[{i}]" for i in range(len(prompts))]
+    return await answer(request, state, who, COMPLETION, body, prompts, jobs(body, prompts, fields, state.settings))
+
+
+@STYLE.route("/v1/chat/completions", ["POST"])
+async def chat_completions(request: Request):
+    state = served(request)
+    who, body = await read(request, state, ChatRequest)
+    template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
+    text = chat_text(body.messages, template)
+    return await answer(request, state, who, CHAT, body, [text], jobs(body, [text], ["messages"], state.settings))
+
+
+async def answer(request: Request, state: AppState, who: str, shape: Shape, body: Knobs, texts: list[str],
+                 choices: list[GenerationJob]):
+    """Every choice's events merged into one stream: folded into one answer, or sent as chunks."""
+    service = await state.provider.get(body.model, body.source_lang, body.target_lang)
+    head = {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
+            "model": service.name}
+    if not body.stream:
+        async def work():
+            with state.keys.spending(who, characters(texts)):
+                outputs, finals = [""] * len(choices), [None] * len(choices)
+                async for index, event in merged([service.generate_events(job) for job in choices]):
+                    outputs[index] += event.text
+                    if event.finish_reason:
+                        finals[index] = event
+            return JSONResponse({**head, "usage": usage(finals, body.n), "choices": [
+                {"index": i, **shape.whole(text), "finish_reason": finish_reason(final), "logprobs": None}
+                for i, (text, final) in enumerate(zip(outputs, finals))]})
+
+        return await until_disconnect(request, work())
+    with state.keys.spending(who, characters(texts)):
+        events = await opened(merged([service.generate_events(job) for job in choices]))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return event_response(chunks({**head, "object": shape.chunk_object}, shape, events, len(choices), body.n,
+                                 include_usage))
+
+
+async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_usage: bool):
+    """Server-sent chunks: (chat) an opening one per choice, then text pieces, a last one per choice with its
+    finish_reason, (include_usage) one with the usage and no choices, then [DONE]. An error after the first event
+    is sent as an event in OpenAI's shape (its clients raise it)."""
+    def chunk(index: int, choice: dict, reason: str | None = None) -> str:
+        return sse({**head, "choices": [{"index": index, **choice, "finish_reason": reason, "logprobs": None}]})
+
+    finals: list[StreamEvent | None] = [None] * count
+    try:
+        if shape.opening:
+            for index in range(count):
+                yield chunk(index, shape.opening)
+        async for index, event in events:
+            if event.text:
+                yield chunk(index, shape.piece(event.text))
+            if event.finish_reason:
+                finals[index] = event
+                yield chunk(index, shape.closing, finish_reason(event))
+        if include_usage:
+            yield sse({**head, "choices": [], "usage": usage(finals, n)})
+        yield DONE
+    except ServerError as e:
+        yield sse(STYLE.body(e))
+    finally:
+        await events.aclose()
+
+
+def finish_reason(final: StreamEvent) -> str:
+    return "length" if final.finish_reason == "length" else "stop"  # "eos" and a stop string alike
+
+
+def usage(finals: list[StreamEvent], n: int) -> dict:
+    """Prompt tokens once per prompt (its n choices share it), completion tokens of every choice."""
+    prompt = sum(final.input_tokens for final in finals[::n])
+    completion = sum(final.output_tokens for final in finals)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
