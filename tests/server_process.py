@@ -53,13 +53,14 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(*args: str, timeout: float = 60.0):
-    """A server with a key store of its own, unless SERVER_KEY_STORE names one (a test sharing it between two)."""
+def running_server(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None):
+    """A server with a key store of its own, unless SERVER_KEY_STORE names one (a test sharing it between two);
+    `env`: more environment variables for it (SERVER_API_KEYS, ...)."""
     port = free_port()
     cmd = [sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", str(port), *args]
     store = tempfile.TemporaryDirectory()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={"SERVER_KEY_STORE": f"{store.name}/keys.sqlite", **os.environ,
+                            env={"SERVER_KEY_STORE": f"{store.name}/keys.sqlite", **os.environ, **(env or {}),
                                  "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:

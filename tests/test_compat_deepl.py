@@ -17,10 +17,8 @@ def words(n: int, lang: str = "en") -> str:
 
 @pytest.fixture(scope="module")
 def url():
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SERVER_API_KEYS", KEY)
-        with running_server("--no-ray", "--max-body-bytes", "20000") as server:
-            yield server.url
+    with running_server("--no-ray", "--max-body-bytes", "20000", env={"SERVER_API_KEYS": KEY}) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -38,11 +38,9 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(store):
     path, _ = store
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SERVER_KEY_STORE", str(path))
-        env.setenv("SERVER_API_KEYS", ENV_KEY)
-        with running_server("--no-ray", "--workers", "2", "--rate-limit-per-minute", "1000") as server:
-            yield server
+    with running_server("--no-ray", "--workers", "2", "--rate-limit-per-minute", "1000",
+                        env={"SERVER_KEY_STORE": str(path), "SERVER_API_KEYS": ENV_KEY}) as server:
+        yield server
 
 
 def within_one_minute():
@@ -124,11 +122,8 @@ def test_usage_survives_a_restart(server, store):
     assert before["env"] >= len(TEXT) and before["quota"] == 18
     server.proc.send_signal(signal.SIGTERM)
     server.proc.wait(30)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SERVER_KEY_STORE", str(path))
-        env.setenv("SERVER_API_KEYS", ENV_KEY)
-        with running_server("--no-ray") as again:
-            after = {name: usage(again.url, key)["character_count"] for name, key in {**made, "env": ENV_KEY}.items()}
+    with running_server("--no-ray", env={"SERVER_KEY_STORE": str(path), "SERVER_API_KEYS": ENV_KEY}) as again:
+        after = {name: usage(again.url, key)["character_count"] for name, key in {**made, "env": ENV_KEY}.items()}
     assert after == before
     assert "requests=" in keys_command(path, "usage", "quota")
 
