@@ -36,7 +36,9 @@ def generation_defaults(raw: dict, config: ModelConfig) -> DecodeParams:
         top_p=float(raw.get("top_p") or 1.0),
         bad_words_ids=tuple(tuple(ids) for ids in raw.get("bad_words_ids") or ()),
         forced_bos_token_id=first_id(raw.get("forced_bos_token_id")),
-        forced_eos_token_id=first_id(raw.get("forced_eos_token_id", config.forced_eos_token_id)),
+        # only where the generation settings are read from: transformers ignores config.json's when a
+        # generation_config.json exists without it
+        forced_eos_token_id=first_id(raw.get("forced_eos_token_id")),
         repetition_penalty=float(raw.get("repetition_penalty") or 1.0),
         no_repeat_ngram_size=int(raw.get("no_repeat_ngram_size") or 0),
     )
