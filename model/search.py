@@ -8,6 +8,7 @@ so that translations are identical.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -188,18 +189,17 @@ def advance_beams(searches: list[BeamSearch], top_logprobs: torch.Tensor,
     step as one (G, k, W) batch: one set of tensor operations per step instead of one per search, which on a
     GPU replica would otherwise dominate the step.
     """
-    firsts = [0]
-    for s in searches:
-        firsts.append(firsts[-1] + s.params.num_beams)
     parents: list[list[int]] = [[] for _ in searches]
     by_width: dict[int, list[int]] = {}
     for i, s in enumerate(searches):
         by_width.setdefault(s.params.num_beams, []).append(i)
+    firsts = None  # each search's first row in the inputs, needed only when widths differ
     for k, group in by_width.items():
         if len(group) == len(searches):
             logprobs, tokens = top_logprobs, top_tokens
         else:
-            rows = torch.tensor([r for i in group for r in range(firsts[i], firsts[i + 1])])
+            firsts = firsts or list(itertools.accumulate((s.params.num_beams for s in searches), initial=0))
+            rows = torch.tensor([r for i in group for r in range(firsts[i], firsts[i] + k)])
             logprobs, tokens = top_logprobs[rows], top_tokens[rows]
         for i, local in zip(group, _advance_width(k, [searches[i] for i in group], logprobs, tokens)):
             parents[i] = local

@@ -3,8 +3,8 @@ official `openai` clients and the tools on top of them (LangChain, front-ends) w
 
 Each prompt (or, in chat, the conversation's text, see `chat_text`: the model's own template if it has one) is one
 generation job; a list of prompts and `n` > 1 are several jobs in the running batch at once, their choices in order
-(prompt by prompt, n each). `n` > 1 draws n samples (temperature 1 unless given; with a `seed` the i-th sample uses seed + i); `temperature` 0 is greedy
-(one beam); no temperature and n 1: the model's own defaults. Prompt tokens are the encoder's tokens, completion
+(prompt by prompt, n each). `n` > 1 draws n samples (temperature 1 unless given; with a `seed` the i-th sample uses
+seed + i); `temperature` 0 is greedy (one beam); no temperature and n 1: the model's own defaults. Prompt tokens are the encoder's tokens, completion
 tokens the generated ones (as the native `usage`). Errors are `{"error": {"message", "type", "param", "code"}}`: 400
 a bad or unsupported parameter (named in `param`), 401 a key rejected, 404 an unknown model, 429 rate limit or
 character quota, 503 the queue full (both with Retry-After). GET /v1/models (native.models) answers OpenAI's list.
