@@ -11,6 +11,7 @@ from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, Encoded, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
 from .cpu_memory import keep_freed_memory
+from .dtypes import native_bfloat16, resolve_device, resolve_dtype
 from .errors import CheckpointError
 from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
@@ -25,5 +26,5 @@ __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder
            "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
            "UnsupportedLanguage", "WordTooLong", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
            "iso_code", "keep_freed_memory",
-           "load", "match_language", "new_tokens_within", "prepare", "read_file", "text_content",
+           "load", "match_language", "native_bfloat16", "resolve_device", "resolve_dtype", "new_tokens_within", "prepare", "read_file", "text_content",
            "word_alignments"]

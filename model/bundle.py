@@ -17,6 +17,7 @@ from .architecture import ModelConfig
 from .checkpoint import load_network
 from .config import read_json
 from .cpu_memory import keep_freed_memory
+from .dtypes import DTYPES, resolve_dtype
 from .errors import CheckpointError
 from . import hub
 from .families import Family, Languages, Tokenizer, family_for
@@ -28,8 +29,6 @@ from .traced_step import trace_stacks
 from .transformer import Seq2SeqTransformer
 
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "seed")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-CHOICES = (*DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
 
 
 def demo_model_dir() -> Path:
@@ -58,6 +57,7 @@ class ModelBundle:
     generation: DecodeParams  # the checkpoint's generation defaults
     normalize: Callable[[str], str] | None = None  # Moses punctuation normalization, opt-in
     chat_template: str | None = None  # tokenizer_config.json's Jinja template of a conversation, if it has one
+    dtype: str = "float32"  # the number format the weights run in (model.dtypes; `auto` resolved)
 
     @property
     def languages(self) -> Languages:
@@ -142,17 +142,17 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     weights=False loads only the tokenizer and configs (network None), to describe a model without its memory.
     pack_tied_output (float32 on the CPU): an output projection tied to the embeddings multiplies by a packed copy
     of them, and one row by a transposed copy (faster steps, two more vocabulary × d_model matrices in memory).
-    traced (on the CPU): the encoder and decoder steps run traced (model.traced_step)."""
+    traced (on the CPU): the encoder and decoder steps run traced (model.traced_step). dtype: model.dtypes
+    (`auto` picks for the device)."""
     model_dir = hub.model_dir(path) if path is not None else demo_model_dir()
-    if dtype not in CHOICES:
-        raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
+    dtype = resolve_dtype(dtype, device)
     family, config = _read_model_config(model_dir)
     generation = read_generation_defaults(model_dir, config)
     tokenizer = family.load_tokenizer(model_dir)
     network = None
     if weights:
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
-                               dtype=DTYPES.get(dtype, torch.float32),
+                               dtype=DTYPES.get(dtype, torch.float32),  # int8: quantized from float32
                                pack_tied_output=pack_tied_output, onednn=dtype != "int8",  # int8: plain Linears
                                on_layer=quantize_linears if dtype == "int8" else None)
         if dtype == "int8":
@@ -167,7 +167,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
         normalize = MosesPunctNormalizer(tokenizer.languages.default_source or "en").normalize
     name = str(path) if hub.is_repo_id(path) and model_dir != Path(path) else model_dir.name
     return ModelBundle(name, family.name, config, network, tokenizer, generation, normalize,
-                       read_chat_template(model_dir))
+                       read_chat_template(model_dir), dtype)
 
 
 def read_chat_template(model_dir: Path) -> str | None:

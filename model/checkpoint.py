@@ -231,7 +231,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     del params, target, part
     with torch.no_grad():
         fill(destinations, filled_one)
-    if onednn and model.device.type == "cpu" and dtype == torch.float32:
+    if onednn and model.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
         use_onednn_linears(model, pack_shared=pack_tied_output)
     return model
 

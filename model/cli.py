@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .alignment import AlignmentInput, word_alignments
-from .bundle import CHOICES
+from .dtypes import CHOICES
 from .errors import CheckpointError
 from .languages import iso_code
 from .text import read_file, translate_texts
@@ -41,7 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", choices=CHOICES, help="int8: dynamic quantization, CPU only")
+    p.add_argument("--dtype", default="auto", choices=CHOICES,
+                   help="auto (default): bfloat16 on a CPU that multiplies it in hardware, float32 on other CPUs, "
+                        "float16 on a GPU; int8: dynamic quantization, CPU only")
     p.add_argument("--normalize-punctuation", action="store_true",
                    help="apply Moses punctuation normalization before tokenizing (transformers does not)")
     p.add_argument("--input", help="source file (default: stdin)")
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                 normalize_punctuation=args.normalize_punctuation)
+        if args.dtype == "auto":
+            print(f"dtype: {translator.bundle.dtype} (auto on {args.device})", file=sys.stderr)
         suffix = Path(args.input or "").suffix.lower()
         if suffix in DOCUMENT_SUFFIXES:
             return translate_document(translator, args, suffix)

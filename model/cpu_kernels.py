@@ -112,7 +112,8 @@ def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool 
             if not shared:
                 module.weight = nn.Parameter(_packed(weight), requires_grad=False)
             copies = shared and pack_shared
-            sliced = copies and torch.get_num_threads() > 1  # one thread has nothing to spread a row over
+            # one thread has nothing to spread a row over; bfloat16's bmm is slower than its packed product
+            sliced = copies and torch.get_num_threads() > 1 and weight.dtype == torch.float32
             module.register_buffer("packed_copy", _packed(weight) if copies else None, persistent=False)
             module.register_buffer("row_copy", weight.detach().t().contiguous() if sliced else None,
                                    persistent=False)

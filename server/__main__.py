@@ -48,15 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyStoreError as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
-    from model import CheckpointError
+    from model import CheckpointError, resolve_device, resolve_dtype
 
     from .front import ModelRegistry
 
     try:
+        device = resolve_device(settings.device)
+        dtype = resolve_dtype(settings.dtype, device)  # float16 on the CPU, int8 on a GPU: refused here
         registry = ModelRegistry.from_paths(args.model)  # every model named resolves before anything starts
-    except CheckpointError as e:
+    except (CheckpointError, ValueError) as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
+    logging.getLogger("server").info("serving %s on %s in %s%s", ", ".join(registry.entries), device, dtype,
+                                     " (--dtype auto)" if settings.dtype == "auto" else "")
     if args.no_ray:
         from .runtime.workers import serve
 

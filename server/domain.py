@@ -134,6 +134,8 @@ class ModelInfo:
     max_new_tokens: int
     max_beams: int
     chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
+    device: str = "cpu"  # where its weights run, and in which number format (`auto` resolved)
+    dtype: str = "float32"
 
     def codes(self, side: str) -> tuple[str, ...]:
         """The model's own codes of its "source" or "target" languages."""

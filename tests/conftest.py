@@ -12,6 +12,10 @@ from server.runtime.ray_main import LOCAL_RAY_ENV  # noqa: E402
 for key, value in LOCAL_RAY_ENV.items():
     os.environ.setdefault(key, value)
 
+# Servers the tests start hold their outputs to float32 oracles (transformers, the in-process Translator); `auto`
+# would pick bfloat16 on a CPU with native bfloat16. The tests of `auto` and bfloat16 name their dtype.
+os.environ.setdefault("SERVER_DTYPE", "float32")
+
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
 @pytest.fixture(autouse=True)

@@ -110,7 +110,7 @@ def test_the_command_line_puts_tags_around_the_aligned_words(tmp_path):
     from model.cli import main
 
     (tmp_path / "in.html").write_text(HTML, encoding="utf-8")
-    assert main(["--target-lang", "fr", "--input", str(tmp_path / "in.html"), "--output",
+    assert main(["--dtype", "float32", "--target-lang", "fr", "--input", str(tmp_path / "in.html"), "--output",
                  str(tmp_path / "out.html")]) == 0
     out = (tmp_path / "out.html").read_text(encoding="utf-8")
     assert tags(out) == tags(HTML)  # every tag once, in order, attributes byte for byte

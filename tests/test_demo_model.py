@@ -9,7 +9,7 @@ from num2words import num2words
 from transformers import MarianMTModel
 from transformers import MarianTokenizer as HFTokenizer
 
-from model import Translator, demo_model_dir
+from model import Translator, demo_model_dir, resolve_dtype
 from model.demo.data import LANGUAGES, held_out_numbers, target_text
 
 
@@ -43,6 +43,7 @@ def test_cli_defaults_to_the_demo_model():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n") == ["einhundertdreiundzwanzig", "", "zweiundvierzig", ""]
+    assert f"dtype: {resolve_dtype('auto', 'cpu')} (auto on cpu)" in result.stderr
 
 
 def test_bfloat16_and_int8_translate_held_out_numbers_like_float32():

@@ -119,8 +119,8 @@ def test_a_shard_named_by_the_index_but_missing_is_named(offline, tmp_path):
 
 def test_cli_by_repo_id(hub_cache):
     expected = transformers_translations(snapshot_of(hub_cache, "Helsinki-NLP/opus-mt-tiny"), "marian")
-    done = subprocess.run([sys.executable, "-m", "model", "--model", "Helsinki-NLP/opus-mt-tiny", "--beam-size", "1",
-                           "--max-new-tokens", str(MAX_NEW_TOKENS)], input="\n".join(TEXTS) + "\n", cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "model", "--model", "Helsinki-NLP/opus-mt-tiny", "--dtype", "float32",
+                           "--beam-size", "1", "--max-new-tokens", str(MAX_NEW_TOKENS)], input="\n".join(TEXTS) + "\n", cwd=ROOT,
                           capture_output=True, text=True, env=offline_env(hub_cache), timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == expected

@@ -94,7 +94,7 @@ def test_cli_matches_generate(checkpoint, tmp_path, beams, length_penalty):
                            num_beams=beams, length_penalty=length_penalty, max_new_tokens=MAX_NEW_TOKENS)
     src, out = tmp_path / "src.txt", tmp_path / "out.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert translate_cli(["--model", str(path), "--input", str(src), "--output", str(out), *target,
+    assert translate_cli(["--model", str(path), "--dtype", "float32", "--input", str(src), "--output", str(out), *target,
                           "--beam-size", str(beams), "--length-penalty", str(length_penalty),
                           "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", "3"]) == 0
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
@@ -185,7 +185,7 @@ def test_a_madlad_text_may_name_its_target_itself(text2text_checkpoints, tmp_pat
     expected = hf_generate(hf_tok, hf_model, named, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
     src, out = tmp_path / "src.txt", tmp_path / "out.txt"
     src.write_text("\n".join(named) + "\n", encoding="utf-8")
-    assert translate_cli(["--model", str(path), "--input", str(src), "--output", str(out), "--beam-size", "1",
+    assert translate_cli(["--model", str(path), "--dtype", "float32", "--input", str(src), "--output", str(out), "--beam-size", "1",
                           "--max-new-tokens", str(MAX_NEW_TOKENS)]) == 0
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     translator = Translator.from_pretrained(path)

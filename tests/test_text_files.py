@@ -83,7 +83,7 @@ def test_the_command_line_translates_a_docx_file(tmp_path, alone):
     source = docx.Document()
     source.add_paragraph("forty-two")
     source.save(tmp_path / "in.docx")
-    assert main(["--target-lang", "de", "--input", str(tmp_path / "in.docx"),
+    assert main(["--dtype", "float32", "--target-lang", "de", "--input", str(tmp_path / "in.docx"),
                  "--output", str(tmp_path / "out.docx")]) == 0
     assert [p.text for p in docx.Document(tmp_path / "out.docx").paragraphs] == [alone("forty-two")]
     (tmp_path / "bad.docx").write_bytes(b"not a zip")

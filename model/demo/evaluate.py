@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..bundle import CHOICES
+from ..dtypes import CHOICES
 from ..translator import Translator
 from .data import LANGUAGES, held_out_numbers, target_text
 

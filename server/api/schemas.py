@@ -154,6 +154,8 @@ class ModelCard(BaseModel):
     source_languages: list[Language]
     target_languages: list[Language]
     default_beam_size: int
+    device: str = Field(description="where the model runs: cpu or cuda")
+    dtype: str = Field(description="the number format its weights run in (float32, bfloat16, float16, int8)")
     limits: ModelLimits
 
 
