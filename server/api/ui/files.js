@@ -23,7 +23,10 @@ function send(form, progress) {
     xhr.onerror = () => reject(new Error("the connection to the server failed"));
     xhr.onload = async () => {
       if (xhr.status >= 200 && xhr.status < 300) resolve(xhr);
-      else reject(apiError(xhr.status, xhr.statusText, await xhr.response.text(), xhr.getResponseHeader("retry-after")));
+      else {
+        const retryAfter = xhr.getResponseHeader("retry-after");
+        reject(apiError(xhr.status, xhr.statusText, await xhr.response.text(), retryAfter));
+      }
     };
     xhr.send(form);
   });
