@@ -3,6 +3,7 @@ downloaded, no profile but a fresh one, downloads into a folder given, the conso
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -15,9 +16,7 @@ def missing() -> str | None:
     for path in (CHROMIUM, CHROMEDRIVER):
         if not path.exists():
             return f"{path} is not installed (apt-get install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         return "selenium is not installed (pip install -e '.[test]')"
     return None
 
