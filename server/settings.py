@@ -47,6 +47,7 @@ class Settings:
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
     max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)
+    ui: bool = True  # the web page at / (server/api/ui); --no-ui leaves / a 404
 
     def __post_init__(self):
         if self.workers < 1:
@@ -90,8 +91,12 @@ class Settings:
         for f in fields(cls):
             if f.name in ("model", "api_keys", "replica_http"):  # python -m server: --serve-proxy
                 continue
-            parser.add_argument("--" + f.name.replace("_", "-"), type=_type(f), default=None,
+            flag = f.name.replace("_", "-")
+            parser.add_argument("--" + flag, type=_type(f), default=None,
                                 help=f"(env {cls.env_name(f.name)}; default {f.default})")
+            if _type(f) is boolean:  # --no-ui reads better than --ui false; both work
+                parser.add_argument("--no-" + flag, dest=f.name, action="store_const", const=False,
+                                    help=f"the same as --{flag} false")
 
 
 def boolean(raw: str) -> bool:

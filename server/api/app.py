@@ -16,7 +16,7 @@ from ..errors import BadBody, ServerError
 from ..front import ModelProvider
 from ..keystore import KeyStore
 from ..settings import Settings
-from . import deepl, libretranslate, native, openai
+from . import deepl, libretranslate, native, openai, page
 from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, route_path, validation_error
@@ -52,6 +52,8 @@ def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
     app.router.add_api_route("/healthz", healthz, methods=["GET"])
     app.router.add_api_route("/readyz", readyz, methods=["GET"])
     app.router.add_api_route("/metrics", metrics, methods=["GET"])
+    if settings.ui:
+        page.add_routes(app)
     paths = {route.path for route in app.routes}
     return app
 

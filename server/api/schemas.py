@@ -135,6 +135,9 @@ class ModelLimits(BaseModel):
     max_input_tokens: int
     max_new_tokens: int
     max_beams: int
+    max_request_chars: int = Field(description="characters of a translate request's texts together")
+    max_document_chars: int = Field(description="characters of one text of a translate request")
+    max_generate_chars: int = Field(description="characters of a /v1/generate text")
 
 
 class Language(BaseModel):

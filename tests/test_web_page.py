@@ -1,0 +1,270 @@
+"""The web page at / in a real headless Chromium (Debian's chromium and chromium-driver, driven by selenium)
+against a real `python -m server --no-ray`: what the page shows equals what the API answers for the same input.
+After every test the browser's console holds no error but the statuses the test provoked, and every resource
+the page loaded came from the server. One server and one browser for the module."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from loadtests.browser import chrome, missing
+from server_process import Scrape, eventually, running_server
+
+MAX_REQUEST_CHARS = 200  # small, so an over-long text is quick to type
+LONG_GENERATION = 500  # new tokens: long enough (about 2 s on 2 cores) to stop halfway
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server("--no-ray", "--max-request-chars", str(MAX_REQUEST_CHARS),
+                        "--max-new-tokens", str(LONG_GENERATION)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads):
+    if missing():
+        pytest.skip(f"no headless browser: {missing()}")
+    driver = chrome(downloads)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(autouse=True)
+def clean_console(request):
+    """Yields the set of HTTP statuses the test expects (Chromium logs each as a console error); afterwards no
+    other console error, and no resource from anywhere but the page's server."""
+    if "browser" not in request.fixturenames:
+        yield set()
+        return
+    browser = request.getfixturevalue("browser")
+    browser.get_log("browser")  # what earlier tests left
+    expected: set[int] = set()
+    yield expected
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"
+              and not any(f"status of {status} " in e["message"] for status in expected)]
+    assert not errors
+    origin = "{0.scheme}://{0.netloc}/".format(urlsplit(browser.current_url))
+    resources = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert resources and all(name.startswith(origin) for name in resources), resources
+
+
+def wait(browser, condition, timeout: float = 10.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, poll_frequency=0.05).until(lambda _: condition())
+
+
+def by_id(browser, id_: str):
+    return browser.find_element("id", id_)
+
+
+def translate(server, **body) -> dict:
+    response = httpx.post(server.url + "/v1/translate", json=body, timeout=30)
+    return response.json()
+
+
+def test_the_page_has_a_title_an_icon_and_labelled_controls(server, browser):
+    browser.get(server.url + "/")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value"))
+    assert browser.title.startswith("seq2seq-serve")
+    assert browser.execute_script("return document.querySelector('link[rel=icon]').href").endswith("favicon.svg")
+    unlabelled = browser.execute_script(
+        "return [...document.querySelectorAll('input, select, textarea, output')]"
+        ".filter(c => !c.labels?.length && !c.getAttribute('aria-label')).map(c => c.id || c.name)")
+    assert unlabelled == []
+
+
+def test_a_link_with_the_state_translates_and_shows_the_detected_language(server, browser):
+    browser.get(server.url + "/?target=fr&q=forty-two")
+    expected = translate(server, text="forty-two", source_lang="auto", target_lang="fr")["translations"][0]
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value"))
+    assert by_id(browser, "translation").get_attribute("value") == expected["text"] == "quarante-deux"
+    detected = expected["detected_language"]
+    assert by_id(browser, "detected").text == f"Detected: English ({round(detected['confidence'] * 100)} %)"
+    assert by_id(browser, "counter").text == f"9 / {MAX_REQUEST_CHARS} characters"
+
+
+def test_typing_translates_and_the_url_keeps_the_state(server, browser):
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(server.url + "/")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value"))
+    Select(by_id(browser, "target")).select_by_value("es")
+    by_id(browser, "text").send_keys("seven hundred and three")
+    expected = translate(server, text="seven hundred and three", source_lang="auto", target_lang="es")
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value"))
+    assert by_id(browser, "translation").get_attribute("value") == expected["translations"][0]["text"]
+    assert "target=es" in browser.current_url and "q=seven+hundred+and+three" in browser.current_url
+
+
+def test_swap_exchanges_languages_and_texts(server, browser, clean_console):
+    clean_console.add(422)  # fr → en: the demo model translates from English only
+    browser.get(server.url + "/?source=en&target=fr&q=forty-two")
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == "quarante-deux")
+    by_id(browser, "swap").click()
+    assert by_id(browser, "source").get_attribute("value") == "fr"
+    assert by_id(browser, "target").get_attribute("value") == "en"
+    assert by_id(browser, "text").get_attribute("value") == "quarante-deux"
+    message = translate(server, text="quarante-deux", source_lang="fr", target_lang="en")["error"]["message"]
+    wait(browser, lambda: by_id(browser, "error").text == message)
+
+
+def test_ctrl_enter_translates_with_the_beam_alternatives(server, browser):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/?target=it&alternatives=2")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "it")
+    by_id(browser, "as-you-type").click()
+    by_id(browser, "text").send_keys("forty-two")
+    time.sleep(0.6)  # past the typing pause: nothing is sent without the shortcut
+    assert by_id(browser, "translation").get_attribute("value") == ""
+    by_id(browser, "text").send_keys(Keys.CONTROL, Keys.ENTER)
+    expected = translate(server, text="forty-two", source_lang="auto", target_lang="it", n_best=3,
+                         beam_size=3)["translations"][0]
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value"))
+    assert by_id(browser, "translation").get_attribute("value") == expected["text"]
+    shown = [li.text for li in by_id(browser, "alternatives-list").find_elements("tag name", "li")]
+    assert shown == [a["text"] for a in expected["alternatives"]] and len(shown) == 2
+
+
+def test_a_text_over_the_limit_shows_the_api_message(server, browser, clean_console):
+    clean_console.add(422)
+    text = "one " * (MAX_REQUEST_CHARS // 4) + "two"
+    browser.get(server.url + "/?target=de")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "de")
+    browser.execute_script("const t = document.getElementById('text'); t.value = arguments[0];"
+                           "t.dispatchEvent(new Event('input'))", text)
+    error = translate(server, text=text, source_lang="auto", target_lang="de")["error"]
+    assert error["field"] == "text" and str(MAX_REQUEST_CHARS) in error["message"]
+    wait(browser, lambda: by_id(browser, "error").text == error["message"])
+    assert "over" in by_id(browser, "counter").get_attribute("class")
+
+
+def upload(server, browser, downloads: Path, path: Path) -> Path:
+    """`path` translated by the page into French: the file it downloads."""
+    browser.get(server.url + "/?view=files&target=fr")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "fr")
+    by_id(browser, "file").send_keys(str(path))
+    by_id(browser, "translate-file").click()
+    link = by_id(browser, "download")
+    wait(browser, link.is_displayed)
+    link.click()
+    saved = downloads / f"{path.stem}.translated{path.suffix}"
+    assert wait(browser, saved.exists)
+    return saved
+
+
+def test_a_txt_file_comes_back_translated(server, browser, downloads, tmp_path):
+    path = tmp_path / "numbers.txt"
+    path.write_text("forty-two\nseven hundred\n", encoding="utf-8")
+    saved = upload(server, browser, downloads, path)
+    expected = httpx.post(server.url + "/v1/translate/file", files={"file": (path.name, path.read_bytes())},
+                          data={"target_lang": "fr"}, timeout=30)
+    assert saved.read_bytes() == expected.content
+    assert saved.read_text(encoding="utf-8") == "quarante-deux\nsept cents\n"
+
+
+def test_a_docx_file_comes_back_translated(server, browser, downloads, tmp_path):
+    import docx
+
+    path = tmp_path / "letter.docx"
+    document = docx.Document()
+    sources = ["forty-two", "nine hundred and one"]
+    for text in sources:
+        document.add_paragraph(text)
+    document.save(path)
+    saved = upload(server, browser, downloads, path)
+    expected = [t["text"] for t in translate(server, text=sources, target_lang="fr")["translations"]]
+    assert [p.text for p in docx.Document(saved).paragraphs] == expected != sources
+
+
+def test_a_refused_file_shows_the_api_message(server, browser, clean_console, tmp_path):
+    clean_console.add(400)
+    path = tmp_path / "scan.pdf"
+    path.write_bytes(b"%PDF-1.4")
+    browser.get(server.url + "/?view=files&target=fr")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "fr")
+    by_id(browser, "file").send_keys(str(path))
+    by_id(browser, "translate-file").click()
+    answer = httpx.post(server.url + "/v1/translate/file", files={"file": (path.name, path.read_bytes())},
+                        data={"target_lang": "fr"}, timeout=30)
+    assert answer.status_code == 400
+    wait(browser, lambda: by_id(browser, "error").text == answer.json()["error"]["message"])
+    assert not by_id(browser, "download").is_displayed()
+
+
+def test_a_generation_streams_and_the_stop_button_cancels_one(server, browser):
+    browser.get(server.url + "/?view=generate&gen_target=de&prompt=nine+hundred+and+ninety-nine")
+    wait(browser, lambda: by_id(browser, "gen-target").get_attribute("value") == "de")
+    by_id(browser, "generate").click()
+    expected = httpx.post(server.url + "/v1/generate", timeout=30, json={
+        "text": "nine hundred and ninety-nine", "target_lang": "de", "model": "demo-numbers"}).json()
+    wait(browser, lambda: by_id(browser, "gen-status").text.startswith("Finished"))
+    assert by_id(browser, "gen-output").text == expected["text"]
+    assert by_id(browser, "gen-status").text == (f"Finished ({expected['finish_reason']}), "
+                                                 f"{expected['usage']['output_tokens']} tokens.")
+
+    for knob, value in (("min_new_tokens", LONG_GENERATION), ("max_new_tokens", LONG_GENERATION),
+                        ("temperature", 1.5), ("seed", 1)):
+        browser.find_element("name", knob).send_keys(str(value))
+    by_id(browser, "generate").click()
+    assert by_id(browser, "gen-status").text == "Generating…"
+    output = by_id(browser, "gen-output")
+    wait(browser, lambda: int(output.get_attribute("data-events") or 0) >= 3)  # pieces arrive one by one
+    assert Scrape.of(server.url).get("s2s_running_sequences") == 1
+    by_id(browser, "stop").click()
+    wait(browser, lambda: by_id(browser, "gen-status").text == "Stopped.")
+    stopped_at = output.text
+    # freed well before the rest of the generation (over a second) could have run
+    assert eventually(lambda: Scrape.of(server.url).get("s2s_running_sequences") == 0, timeout=1.0)
+    time.sleep(0.3)
+    assert output.text == stopped_at and len(stopped_at.split()) < LONG_GENERATION
+
+
+def test_a_server_with_keys_asks_for_one(browser, clean_console):
+    clean_console.add(401)
+    with running_server("--no-ray", env={"SERVER_API_KEYS": "page-key"}) as keyed:
+        browser.get(keyed.url + "/")
+        wait(browser, lambda: by_id(browser, "key-form").is_displayed())
+        refused = httpx.get(keyed.url + "/v1/models", timeout=10).json()["error"]["message"]
+        assert by_id(browser, "error").text == refused
+        by_id(browser, "api-key").send_keys("page-key\n")
+        wait(browser, lambda: by_id(browser, "target").get_attribute("value"))
+        assert not by_id(browser, "key-form").is_displayed()
+        assert browser.execute_script("return localStorage.getItem('seq2seq-serve.api-key')") == "page-key"
+        by_id(browser, "text").send_keys("forty-two")
+        wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == "zweiundvierzig")
+
+
+def test_the_page_is_cached_and_costs_the_engine_nothing(server):
+    page = httpx.get(server.url + "/")
+    assert page.headers["cache-control"] == "no-cache" and page.headers["etag"]
+    assert httpx.get(server.url + "/", headers={"if-none-match": page.headers["etag"]}).status_code == 304
+    asset = page.text.split('src="', 1)[1].split('"', 1)[0]  # ui/<version>/app.js
+    assert httpx.get(f"{server.url}/{asset}").headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert httpx.get(f"{server.url}/ui/0000/app.js").status_code == 404
+    assert httpx.get(server.url + "/nothing").json() == {"detail": "Not Found"}
+    assert "/" not in httpx.get(server.url + "/openapi.json").json()["paths"]
+
+
+def test_no_ui_leaves_the_root_a_404():
+    from fastapi.testclient import TestClient
+
+    from server.__main__ import parse_args
+    from server.api import create_app
+
+    _, settings = parse_args(["--no-ui"])
+    assert settings.ui is False
+    client = TestClient(create_app(None, settings))  # the page's routes never reach a model
+    assert client.get("/").status_code == 404 and client.get("/").json() == {"detail": "Not Found"}
