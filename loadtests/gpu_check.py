@@ -159,9 +159,9 @@ def environment() -> dict:
 
 
 def exact_match(table: str) -> dict[str, list[float]]:
-    """model.demo.evaluate's table → decoding → exact match per language."""
+    """model.demo.evaluate's table of one dtype → decoding → exact match per language."""
     rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| ")]
-    return {cells[0].strip(): [float(c) for c in cells[1:-1]] for cells in rows[1:]}
+    return {cells[1].strip(): [float(c) for c in cells[2:-2]] for cells in rows[1:]}  # dtype, decoding, …
 
 
 def targets(out: Path, steps: list[Step]) -> list[dict]:

@@ -51,11 +51,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).flatten(2)  # (B, T, D)
 
 
-# float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
-# instead of scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory
-# bandwidth the batched matmuls reach (the same tokens); below 8 rows the two are alike, and at one row SDPA is
-# faster (measurements: loadtests/README.md). Reduced precision keeps SDPA, which accumulates in float32.
+# Decoder steps (one query per row) on the CPU with at least this many rows attend through two matmuls instead of
+# scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory bandwidth the
+# batched matmuls reach in float32, and is 3-10x slower than them in bfloat16; below 8 rows the two are alike, and
+# at one row SDPA is faster (measurements: loadtests/README.md). The softmax runs in float32, as SDPA's does.
 MATMUL_ATTENTION_MIN_ROWS = 8
+MATMUL_ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def fixed_in_trace(size) -> int:
@@ -72,7 +73,8 @@ def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch
     """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA
     (a choice per trace: fixed_in_trace)."""
     rows, queries = fixed_in_trace(rows), fixed_in_trace(queries)
-    return queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu" and dtype == torch.float32
+    return (queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu"
+            and dtype in MATMUL_ATTENTION_DTYPES)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -82,11 +84,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     b, _, tq, dh = q.shape
     if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float().mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
     if attn_mask is not None:
         scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores.add_(attn_mask))
-    return torch.matmul(scores.softmax(-1), v)
+    return torch.matmul(scores.softmax(-1).to(v.dtype), v)
 
 
 class RMSNorm(nn.RMSNorm):

@@ -1,7 +1,8 @@
 """int8 dynamic quantization for CPU inference: Linear weights stored as int8, activations quantized per step.
 
 Uses torch.ao's dynamically quantized Linear (deprecated upstream in favour of torchao, still shipped and working in
-torch 2.13) with its default dynamic qconfig, as torch.ao's quantize_dynamic applies it. Embeddings stay float; the
+torch 2.13) with a scale per output channel (as CTranslate2's int8): a fused projection (Q, K and V stacked) with one
+scale per matrix would round its smallest part coarsely. Embeddings stay float; the
 output projection gets its own int8 copy of the tied weight. Each Linear is swapped for its int8 one in place, so its
 float weight is freed there: quantize_dynamic leaves every Linear it replaced in a reference cycle (its qconfig's
 observer factory closes over the module), alive until the next full garbage collection.
@@ -14,7 +15,7 @@ import warnings
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-from torch.ao.quantization import default_dynamic_qconfig
+from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from .cpu_kernels import use_onednn_linears
 from .cpu_memory import release_freed_memory
@@ -27,7 +28,7 @@ def quantize_linears(module: nn.Module) -> None:
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                child.qconfig = default_dynamic_qconfig
+                child.qconfig = per_channel_dynamic_qconfig
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     setattr(parent, name, Int8Linear.from_float(child))

@@ -12,7 +12,7 @@ from model.transformer import Seq2SeqTransformer
 from server.runtime.process import load_weights
 from server.settings import Settings
 
-DTYPES = ["float32", "int8"]
+DTYPES = ["float32", "bfloat16", "int8"]
 
 
 @pytest.fixture(scope="module")
