@@ -84,7 +84,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     b, _, tq, dh = q.shape
     if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)).float().mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, 1, Tk)
+    scores = scores.mul_(dh ** -0.5 if scale is None else scale)
     if attn_mask is not None:
         scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores.add_(attn_mask))

@@ -4,8 +4,9 @@ int8: torch's dynamic quantization of its Linear layers, as ours). The tiny chec
 so attention is sharp and a rounding can move a softmax a long way: the distance itself is measured, not assumed
 (bfloat16 up to ~30 % of the logits' spread on the translation families, under 2 % on T5 and BART), and the
 reference's distance is the bound. Our int8 weights have a scale per output channel (transformers' quantize_dynamic
-default: one per matrix), so they are mostly nearer float32 than the reference. The demo model, trained, translates its held-out numbers identically in both
-(tests/test_demo_model.py); traced steps = eager steps in both (tests/test_traced.py)."""
+default: one per matrix), so they are mostly nearer float32 than the reference. The demo model, trained, translates
+its held-out numbers identically in both (tests/test_demo_model.py); traced steps = eager steps in both
+(tests/test_traced.py)."""
 
 import pytest
 import torch
