@@ -79,17 +79,22 @@ def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
               scale: float | None, is_causal: bool = False) -> torch.Tensor:
-    """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh). attn_mask: bool (True = attend) or additive float; scale None
-    means 1/√Dh."""
+    """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh) in q's dtype, computed in k's (a float32 KV cache under
+    bfloat16: Seq2SeqTransformer.cache_dtype). attn_mask: bool (True = attend) or additive float; scale None means
+    1/√Dh."""
     b, _, tq, dh = q.shape
+    dtype, q = q.dtype, q.to(k.dtype)
+    if attn_mask is not None and attn_mask.is_floating_point():  # T5's relative-position bias, in the weights' dtype
+        attn_mask = attn_mask.to(k.dtype)
     if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                              scale=scale).to(dtype)
     scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, 1, Tk)
     scores = scores.mul_(dh ** -0.5 if scale is None else scale)
     if attn_mask is not None:
         scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores.add_(attn_mask))
-    return torch.matmul(scores.softmax(-1).to(v.dtype), v)
+    return torch.matmul(scores.softmax(-1).to(v.dtype), v).to(dtype)
 
 
 class RMSNorm(nn.RMSNorm):

@@ -22,6 +22,24 @@ def optional_norm(enabled: bool, arch: Architecture, d_model: int) -> nn.Module:
     return make_norm(arch, d_model) if enabled else nn.Identity()
 
 
+# Packed sources per encoder row: attention's cost grows with the square of a row's length, the linear layers' with
+# the tokens only, and 128 tokens (a few sentences) keep both near their unpadded cost.
+PACKED_ROW_TOKENS = 128
+
+
+def pack_rows(lengths: list[int], row_tokens: int) -> tuple[list[int], list[int]]:
+    """Sources of these lengths packed in order into rows of at most `row_tokens` tokens → each source's row and
+    its offset there."""
+    rows, offsets, row, used = [], [], 0, 0
+    for length in lengths:
+        if used and used + length > row_tokens:
+            row, used = row + 1, 0
+        rows.append(row)
+        offsets.append(used)
+        used += length
+    return rows, offsets
+
+
 class Seq2SeqTransformer(nn.Module):
     def __init__(self, config: ModelConfig, dropout: float = 0.0):
         super().__init__()
@@ -75,6 +93,13 @@ class Seq2SeqTransformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.encoder_embed.weight.dtype
 
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """The KV cache's: the network's, but float32 for bfloat16 on the CPU, whose bfloat16 batched matmuls over
+        a cache's strided views copy them first and run at about half float32's speed (one query per row attends
+        in float32 there; the cache takes twice the memory)."""
+        return torch.float32 if self.dtype == torch.bfloat16 and self.device.type == "cpu" else self.dtype
+
     def _embed(self, embedding: nn.Embedding, norm: nn.Module, ids: torch.Tensor,
                positions: torch.Tensor | None) -> torch.Tensor:
         x = embedding(ids)
@@ -99,29 +124,40 @@ class Seq2SeqTransformer(nn.Module):
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
 
-    def encode_sources(self, sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_sources(self, sources: list[list[int]],
+                       row_tokens: int = PACKED_ROW_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
-        True on real tokens. Without padding where positions are absolute: the sources' N tokens in one row,
-        each attending only to its own source (a block-diagonal mask), positions as the padded batch numbers
-        them, so the linear layers work on N tokens instead of B × longest. Relative positions (T5) take the
-        padded path."""
+        True on real tokens. Without padding where positions are absolute: the sources packed whole, in order, into
+        rows of at most `row_tokens` tokens (or the longest source's), each token attending only to its own source
+        (a block-diagonal mask), positions as the padded batch numbers them, so the linear layers work on about
+        the N real tokens instead of B × longest, and attention on rows × row_tokens² pairs instead of N². Relative
+        positions (T5) take the padded path."""
         device = self.device
-        lengths = torch.tensor([len(ids) for ids in sources])
-        longest = int(lengths.max())
-        mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(device)  # (B, S)
+        lengths = [len(ids) for ids in sources]
+        longest = max(lengths)
+        mask = (torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S)
         pad = self.config.pad_token_id
         src = torch.tensor([[*ids, *[pad] * (longest - len(ids))] for ids in sources], device=device)  # (B, S)
         if self.encoder_positions is None:
             return self.encode(src, mask), mask
+        packed_row, offset = pack_rows(lengths, max(row_tokens, longest))  # (B,) each: where each source goes
         segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there
+        row = torch.tensor(packed_row, device=device)[segment]  # (N,) the packed row of each token, its slot there
+        slot = torch.tensor(offset, device=device)[segment] + position
+        shape = (max(packed_row) + 1, int(slot.max()) + 1)  # (P, L)
+        tokens = torch.full(shape, pad, device=device)
+        tokens[row, slot] = src[segment, position]
+        owner = torch.full(shape, -1, device=device)  # the source of each slot; -1: padding, attending to itself
+        owner[row, slot] = segment
         positions = self.encoder_positions(src)  # (B, S, D) or (S, D): the family's own numbering
         positions = positions[segment, position] if positions.dim() == 3 else positions[position]  # (N, D)
-        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src[segment, position][None],
-                        positions)  # (1, N, D)
-        attn_mask = (segment[:, None] == segment[None, :])[None, None]  # (1, 1, N, N)
-        x = self._stacks.encoder_stack(x, attn_mask)[0]  # (N, D)
+        placed = positions.new_zeros(*shape, positions.shape[-1])  # (P, L, D)
+        placed[row, slot] = positions
+        x = self._embed(self.encoder_embed, self.encoder_embed_norm, tokens, placed)  # (P, L, D)
+        attn_mask = (owner[:, :, None] == owner[:, None, :])[:, None]  # (P, 1, L, L)
+        x = self._stacks.encoder_stack(x, attn_mask)  # (P, L, D)
         memory = x.new_zeros(len(sources), longest, x.shape[-1])
-        memory[segment, position] = x  # (B, S, D), zeros on padding
+        memory[segment, position] = x[row, slot]  # (B, S, D), zeros on padding
         return memory, mask
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,7 +208,7 @@ class Seq2SeqTransformer(nn.Module):
         c = self.config
         heads = c.decoder_attention_heads
         return KVCache(c.decoder_layers, rows, heads, c.heads_dim(heads), max_target_len, max_source_len,
-                       self.dtype, self.device)
+                       self.cache_dtype, self.device)
 
     def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                     target_len: int, source_len: int) -> torch.Tensor:
@@ -210,8 +246,8 @@ class Seq2SeqTransformer(nn.Module):
         for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
                                                              cross_k.unbind(0), cross_v.unbind(0)):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
-            k_cache[rows, :, positions] = k[:, :, 0]  # this step's key and value at each row's position
-            v_cache[rows, :, positions] = v[:, :, 0]
+            k_cache[rows, :, positions] = k[:, :, 0].to(k_cache.dtype)  # this step's key and value at each row's
+            v_cache[rows, :, positions] = v[:, :, 0].to(v_cache.dtype)  # position
             attn = layer.self_attn.attend(q, k_cache, v_cache, self_mask)
             x = layer.post_self_attention(x, attn, k_cross, v_cross, cross_mask)
         return self.logits(x[:, 0])

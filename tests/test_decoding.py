@@ -9,7 +9,7 @@ from marian_fixtures import SENTENCES
 from oracles import assert_cached_steps_equal_full
 
 from model import BatchDecoder, DecodeParams, Translator, layers, load
-from model.batch_decoder import vocabulary_topk
+from model.batch_decoder import vocabulary_argmax, vocabulary_topk
 from model.kv_cache import KVCache
 from model.layers import MATMUL_ATTENTION_MIN_ROWS, attention
 
@@ -354,3 +354,19 @@ def test_vocabulary_topk_equals_torch_topk(vocab, k):
     expected = torch.topk(scores, k)
     assert torch.equal(values, expected.values)
     assert torch.equal(indices, expected.indices)
+
+
+@pytest.mark.parametrize("vocab", [3001, 4096])
+def test_vocabulary_argmax_equals_torch_argmax(vocab):
+    """The first maximum's index, as torch.argmax: ties within a block and across blocks, the best token in the
+    short last block, rows of -inf but one token, and a row of all -inf."""
+    g = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(12, vocab, generator=g)
+    scores[0, vocab - 1] = 9.0  # in the last, partial block
+    scores[1, [70, 75]] = 9.0  # tied within one block
+    scores[2, [5, 3000]] = 9.0  # tied across blocks
+    scores[3, :] = float("-inf")
+    scores[3, 1234] = 0.0
+    scores[4, :] = float("-inf")
+    scores[5] = scores[5].round()  # many ties
+    assert torch.equal(vocabulary_argmax(scores), scores.argmax(-1, keepdim=True))

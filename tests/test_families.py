@@ -9,6 +9,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import BatchDecoder, Translator, load
 from model.cli import main as translate_cli
+from model.transformer import pack_rows
 
 MAX_NEW_TOKENS = 30
 # Per family: a non-default source language and two target languages, in the model's own codes.
@@ -78,22 +79,28 @@ def test_teacher_forced_logits_match(family):
     assert (expected - got).abs().max().item() < 1e-4
 
 
-def test_packed_encoding_equals_padded(family):
-    """The engine encodes a batch without padding (one row, a block-diagonal mask): on every real token the
-    encoder output equals the padded batch's, a source with a <pad> token inside included (fairseq numbering
-    skips it)."""
+@pytest.mark.parametrize("row_tokens", [128, 1])  # all sources in one packed row; each in its own
+def test_packed_encoding_equals_padded(family, row_tokens):
+    """The engine encodes a batch without padding (sources packed into rows, a block-diagonal mask): on every real
+    token the encoder output equals the padded batch's, a source with a <pad> token inside included (fairseq
+    numbering skips it)."""
     _, path, source, _, _, _ = family
     bundle = load(path)
-    sources = [bundle.source(text, source).ids for text in FAMILY_SENTENCES]
+    sources = [bundle.source(text, source).ids for text in FAMILY_SENTENCES * 2]
     assert any(bundle.network.config.pad_token_id in ids for ids in sources)
     with torch.inference_mode():
-        memory, mask = bundle.network.encode_sources(sources)  # (B, S, D), (B, S)
+        memory, mask = bundle.network.encode_sources(sources, row_tokens)  # (B, S, D), (B, S)
         padded = torch.full(mask.shape, bundle.network.config.pad_token_id)
         for i, ids in enumerate(sources):
             padded[i, :len(ids)] = torch.tensor(ids)
         expected = bundle.network.encode(padded, mask)
     torch.testing.assert_close(memory[mask], expected[mask], atol=1e-4, rtol=1e-4)
     assert not memory[~mask].any()
+
+
+def test_sources_pack_whole_and_in_order():
+    assert pack_rows([3, 4, 2, 6, 1], 7) == ([0, 0, 1, 2, 2], [0, 3, 0, 0, 6])
+    assert pack_rows([9, 2], 7) == ([0, 1], [0, 0])  # a longer source than a row still gets one of its own
 
 
 @pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0)])
