@@ -3,10 +3,11 @@
     python -m loadtests.bench_cli [--lines 128] [--rounds 3] [--out runs/bench]
 
 On bench_engine's random opus-mt-en-de-shaped checkpoint: `python -m model` translating --lines lines (22 words
-each) greedy, batch 32, 32 new tokens per line, against a fresh Python process that imports transformers, loads
+each) greedy, batch 32, 32 new tokens per line, in float32 and with its default `--dtype auto` (bfloat16 on a CPU
+with native bfloat16, else float32 again), against a fresh Python process that imports transformers, loads
 MarianTokenizer and MarianMTModel and runs `generate` on the same lines in batches of 32 with the same settings.
 Each is a new process timed from start to exit; the two take turns, `--rounds` times. Prints a markdown table of
-the seconds of each round, the medians, their ratio and how many output lines agree.
+the seconds of each round, the medians, the ratios and how many output lines agree with transformers'.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from model import resolve_dtype
 
 from .bench_engine import NEW_TOKENS, build_checkpoint, cpu_name
 
@@ -41,12 +44,14 @@ open(output, "w", encoding="utf-8").write("\\n".join(out) + "\\n")
 
 
 def commands(path: Path, source: Path, out: Path) -> dict[str, list[str]]:
+    """name → command; each writes its translations to out / f"{name}.txt"."""
+    ours = [sys.executable, "-m", "model", "--model", str(path), "--input", str(source), "--beam-size", "1",
+            "--max-new-tokens", str(NEW_TOKENS), "--batch-size", str(BATCH)]
     return {
-        "python -m model": [sys.executable, "-m", "model", "--model", str(path), "--input", str(source),
-                            "--output", str(out / "ours.txt"), "--beam-size", "1", "--max-new-tokens",
-                            str(NEW_TOKENS), "--batch-size", str(BATCH)],
-        "transformers": [sys.executable, "-c", TRANSFORMERS_RUN, str(path), str(source), str(out / "theirs.txt"),
-                         str(BATCH), str(NEW_TOKENS)],
+        "ours float32": ours + ["--dtype", "float32", "--output", str(out / "ours float32.txt")],
+        f"ours auto ({resolve_dtype('auto', 'cpu')})": ours + ["--output", str(out / "ours auto.txt")],
+        "transformers": [sys.executable, "-c", TRANSFORMERS_RUN, str(path), str(source),
+                         str(out / "transformers.txt"), str(BATCH), str(NEW_TOKENS)],
     }
 
 
@@ -73,19 +78,20 @@ def main(argv: list[str] | None = None) -> None:
     for i in range(args.rounds):
         for name in (list(runs) if i % 2 == 0 else list(runs)[::-1]):  # the order reversed every other round
             seconds[name].append(timed_run(runs[name]))
-    ours = (out / "ours.txt").read_text(encoding="utf-8").splitlines()
-    theirs = (out / "theirs.txt").read_text(encoding="utf-8").splitlines()
-    same = sum(a == b for a, b in zip(ours, theirs))
     print(f"machine: {cpu_name()}; opus-mt-en-de shape, {args.lines} lines of 22 words, greedy, batch {BATCH}, "
           f"{NEW_TOKENS} new tokens per line; each run a new process (imports, loading, translating, writing); "
-          f"the two take turns, {args.rounds} rounds\n")
+          f"the runs take turns, {args.rounds} rounds\n")
     print("| run | " + " | ".join(f"round {i + 1} s" for i in range(args.rounds)) + " | median s |")
     print("|---|" + "---|" * (args.rounds + 1))
     for name, times in seconds.items():
         print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in times) + f" | {statistics.median(times):.1f} |")
-    ratios = [t / o for t, o in zip(seconds["transformers"], seconds["python -m model"])]
-    print(f"\ntransformers ÷ ours: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}–{max(ratios):.2f}); "
-          f"output lines equal: {same}/{len(theirs)}")
+    theirs = (out / "transformers.txt").read_text(encoding="utf-8").splitlines()
+    for name in [n for n in runs if n != "transformers"]:
+        ratios = [t / o for t, o in zip(seconds["transformers"], seconds[name])]
+        ours = runs[name][-1]
+        same = sum(a == b for a, b in zip(Path(ours).read_text(encoding="utf-8").splitlines(), theirs))
+        print(f"\ntransformers ÷ {name}: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}–"
+              f"{max(ratios):.2f}); output lines equal to transformers': {same}/{len(theirs)}")
 
 
 if __name__ == "__main__":

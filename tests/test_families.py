@@ -38,7 +38,8 @@ def language_id(hf_tok, code: str) -> int:
 def run_cli(path, tmp_path, lines, *args) -> list[str]:
     src, out = tmp_path / "src.txt", tmp_path / "out.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert translate_cli(["--model", str(path), "--dtype", "float32", "--input", str(src), "--output", str(out), *args]) == 0
+    assert translate_cli(["--model", str(path), "--dtype", "float32", "--input", str(src), "--output", str(out),
+                          *args]) == 0
     return out.read_text(encoding="utf-8").split("\n")[:-1]
 
 
