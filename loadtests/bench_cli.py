@@ -6,7 +6,7 @@ On bench_engine's random opus-mt-en-de-shaped checkpoint: `python -m model` tran
 each) greedy, batch 32, 32 new tokens per line, in float32 and with its default `--dtype auto` (bfloat16 on a CPU
 with native bfloat16, else float32 again), against a fresh Python process that imports transformers, loads
 MarianTokenizer and MarianMTModel and runs `generate` on the same lines in batches of 32 with the same settings.
-Each is a new process timed from start to exit; the two take turns, `--rounds` times. Prints a markdown table of
+Each is a new process timed from start to exit; the runs take turns, `--rounds` times. Prints a markdown table of
 the seconds of each round, the medians, the ratios and how many output lines agree with transformers'.
 """
 

@@ -13,7 +13,8 @@ for key, value in LOCAL_RAY_ENV.items():
     os.environ.setdefault(key, value)
 
 # Servers the tests start hold their outputs to float32 oracles (transformers, the in-process Translator); `auto`
-# would pick bfloat16 on a CPU with native bfloat16. The tests of `auto` and bfloat16 name their dtype.
+# would pick bfloat16 on a CPU with native bfloat16. Server processes read this; the tests' own Settings name
+# float32; the tests of `auto` and bfloat16 name theirs.
 os.environ.setdefault("SERVER_DTYPE", "float32")
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402

@@ -12,8 +12,8 @@ from server.runtime.local import LocalModels
 from server.front.registry import ModelRegistry
 from server.settings import Settings
 
-SETTINGS = Settings(max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8, max_body_bytes=30000,
-                    max_batch_rows=16, max_document_chars=20000)
+SETTINGS = Settings(dtype="float32", max_input_tokens=32, max_new_tokens=40, max_beams=6, max_texts=8,
+                    max_body_bytes=30000, max_batch_rows=16, max_document_chars=20000)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_metric_values_move_with_the_requests_made(client):
 
 
 def test_timeout_frees_rows(checkpoint):
-    settings = Settings(request_timeout_s=0.02, max_new_tokens=200)
+    settings = Settings(dtype="float32", request_timeout_s=0.02, max_new_tokens=200)
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     try:
         with TestClient(create_app(models, settings)) as c:
@@ -209,7 +209,7 @@ def test_sampling_through_the_api_is_reproducible_per_seed(client):
 
 def test_schema_limits_follow_the_settings(checkpoint):
     """Raising --max-beams / --max-texts raises what requests may use, and the OpenAPI document says so."""
-    settings = Settings(max_beams=20, max_batch_rows=24, max_texts=100, max_new_tokens=4)
+    settings = Settings(dtype="float32", max_beams=20, max_batch_rows=24, max_texts=100, max_new_tokens=4)
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     try:
         with TestClient(create_app(models, settings)) as c:

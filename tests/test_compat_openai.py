@@ -195,7 +195,7 @@ def chatty_app(tmp_path_factory):
     template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system messages') }}{% endif %}"
                 ">>it<< {% for m in messages if m['role'] == 'user' %}{{ m['content'] }}{% endfor %}")
     (chatty / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
-    settings = Settings(max_batch_rows=2, max_waiting_sequences=2, engine_process=False)
+    settings = Settings(dtype="float32", max_batch_rows=2, max_waiting_sequences=2, engine_process=False)
     with in_process_client(settings, [str(chatty)]) as app:
         yield app
 

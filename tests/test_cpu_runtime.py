@@ -32,7 +32,7 @@ def workers():  # threads beyond the Python ones, once the workers of exited thr
 torch.set_num_threads(2)
 before = workers()
 service = load_service(ModelEntry("demo", str(demo_model_dir()), "marian", (), (), 1, 512),
-                       Settings(engine_process=False))
+                       Settings(dtype="float32", engine_process=False))
 jobs = [TranslationJob(texts=("one hundred and seven",), fields=("text",), target_lang="es"),
         TranslationJob(texts=("<p>one <b>hundred</b> and seven</p>",), fields=("text",), target_lang="es",
                        text_options=TextOptions(format="html"))]

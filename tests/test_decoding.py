@@ -236,7 +236,7 @@ def test_a_tied_output_projection_multiplies_by_a_packed_copy_unless_told_not_to
     with torch.inference_mode():
         mask = src != packed.config.pad_token_id
         assert torch.equal(packed(src, mask, tgt), plain(src, mask, tgt))  # 4 rows and more: identical
-    assert Settings().pack_tied_output
+    assert Settings(dtype="float32").pack_tied_output
     assert not Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "false"}).pack_tied_output
     with pytest.raises(ValueError, match="SERVER_PACK_TIED_OUTPUT: expected true or false"):
         Settings.from_env({"SERVER_PACK_TIED_OUTPUT": "sometimes"})
@@ -335,7 +335,7 @@ def test_new_token_limits_follow_the_models_positions(family_checkpoints):
     BatchDecoder(bundle.network, capacity=1, max_source_len=8, max_new_tokens=127)
     with pytest.raises(ValueError, match="128 positions"):
         BatchDecoder(bundle.network, capacity=1, max_source_len=8, max_new_tokens=128)
-    assert model_limits(Settings(max_new_tokens=500), bundle.max_positions).max_new_tokens == 127
+    assert model_limits(Settings(dtype="float32", max_new_tokens=500), bundle.max_positions).max_new_tokens == 127
 
 
 @pytest.mark.parametrize("vocab", [3001, 4096])

@@ -43,8 +43,8 @@ def answers(settings: Settings) -> tuple[list, list[str], list[float]]:
 def test_answers_equal_those_of_an_engine_in_the_server_process():
     """Every route, beams and n-best, inline markup (its word alignment is the engine process's), streaming: the
     same bytes either way; the engine's metrics reach the server's /metrics."""
-    before = answers(Settings(engine_process=False))
-    after = answers(Settings(engine_process=True))
+    before = answers(Settings(dtype="float32", engine_process=False))
+    after = answers(Settings(dtype="float32", engine_process=True))
     assert after[0] == before[0] and all(status == 200 for status, _ in after[0])
     assert after[1] == before[1] and len(after[1]) > 1
     assert after[2] == before[2] and min(after[2]) > 0
@@ -58,7 +58,7 @@ def engine_process(checkpoint):
     from server.front.registry import model_limits
 
     bundle = load(str(checkpoint), weights=False)
-    settings = model_limits(Settings(max_batch_rows=1, max_waiting_sequences=3), bundle.max_positions)
+    settings = model_limits(Settings(dtype="float32", max_batch_rows=1, max_waiting_sequences=3), bundle.max_positions)
     engine = EngineProcess(str(checkpoint), settings, "tiny", threads=1)
     try:
         yield engine, bundle

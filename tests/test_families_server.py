@@ -10,7 +10,7 @@ from server_process import in_process_client
 from model import Translator
 from server.settings import Settings
 
-SETTINGS = Settings(max_batch_rows=16, max_new_tokens=20)
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=20)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ def check(case) -> None:
 
 
 def test_no_server_errors_and_4xx_name_the_field(checkpoint):
-    config = Settings(max_new_tokens=8, max_input_tokens=64, max_batch_rows=64, request_timeout_s=30)
+    config = Settings(dtype="float32", max_new_tokens=8, max_input_tokens=64, max_batch_rows=64, request_timeout_s=30)
     models = LocalModels(config, ModelRegistry.from_paths([str(checkpoint)]))
     schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(models, config))
     try:

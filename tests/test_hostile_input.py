@@ -18,7 +18,7 @@ from test_text_files import post as post_file
 
 from server.settings import Settings
 
-SETTINGS = Settings(max_batch_rows=8, max_waiting_sequences=64, max_texts=2, max_request_units=400,
+SETTINGS = Settings(dtype="float32", max_batch_rows=8, max_waiting_sequences=64, max_texts=2, max_request_units=400,
                     max_file_expanded_bytes=1_000_000, request_timeout_s=20)
 KEY = "hostile-key"
 
@@ -119,7 +119,7 @@ def test_xml_entity_amplification_is_refused_naming_the_dtd(client):
 
 
 def test_deepl_xml_entity_amplification_is_refused_in_deepls_shape():
-    with in_process_client(Settings(api_keys=(KEY,))) as deepl:
+    with in_process_client(Settings(dtype="float32", api_keys=(KEY,))) as deepl:
         response = deepl.post("/v2/translate", headers={"Authorization": f"DeepL-Auth-Key {KEY}"},
                               json={"text": [AMPLIFIED[:5_000] + "</r>"], "target_lang": "DE", "tag_handling": "xml"})
     assert response.status_code == 400 and "declares a DTD" in response.json()["message"]
@@ -211,7 +211,7 @@ def test_a_word_a_few_pieces_long_is_still_translated(client):
 def test_a_file_is_billed_the_characters_of_its_text():
     """A .docx of 36 KB holding 14 characters of text is billed 14 (it was billed its bytes; a small zip could
     hold far more text than its size)."""
-    with in_process_client(Settings(api_keys=(KEY,), character_quota=1_000)) as keyed:
+    with in_process_client(Settings(dtype="float32", api_keys=(KEY,), character_quota=1_000)) as keyed:
         response = keyed.post("/v1/translate/file", headers={"Authorization": f"Bearer {KEY}"},
                               files={"file": ("a.docx", docx_bytes("forty-two", "seven"))}, data={"target_lang": "de"})
         assert response.status_code == 200, response.text

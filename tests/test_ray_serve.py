@@ -25,7 +25,7 @@ from server.runtime.ray_main import PROXY_ENV, local_runtime_env
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = Settings(max_batch_rows=16, max_waiting_sequences=64, max_new_tokens=64)
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_waiting_sequences=64, max_new_tokens=64)
 
 
 @pytest.fixture(scope="session")
@@ -177,7 +177,7 @@ def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_ur
     while a request in flight goes on, and that request finishes with its answer."""
     from ray import serve
 
-    settings = Settings(max_batch_rows=8, max_new_tokens=250)
+    settings = Settings(dtype="float32", max_batch_rows=8, max_new_tokens=250)
     with deployed_at(serve_url, "replica-http", "drain", [str(slow_checkpoint)], settings) as (url, handle):
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
@@ -333,7 +333,7 @@ def slow_checkpoint(tmp_path_factory) -> Path:
 def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint, ingress):
     """A client that hangs up on a non-streaming request: the replica's request is cancelled (by Serve's proxy,
     or by the replica's own HTTP server), and its sequences leave the batch (that replica's own gauges say so)."""
-    settings = Settings(max_batch_rows=8, max_waiting_sequences=128, max_new_tokens=250)
+    settings = Settings(dtype="float32", max_batch_rows=8, max_waiting_sequences=128, max_new_tokens=250)
     with deployed_at(serve_url, ingress, "hangup", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
@@ -370,7 +370,7 @@ def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_di
 def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint, ingress):
     """Every row decoding and the engine's queue full: /healthz and /readyz still answer 200 within a second (the
     replica answers them itself, beside its engine: they never queue behind decoding work)."""
-    settings = Settings(max_batch_rows=4, max_waiting_sequences=32, max_new_tokens=250)
+    settings = Settings(dtype="float32", max_batch_rows=4, max_waiting_sequences=32, max_new_tokens=250)
     with deployed_at(serve_url, ingress, "saturated", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
@@ -510,7 +510,7 @@ def check_crash_recovery(url, handle, broken_connections: bool = False):
 
 @INGRESSES
 def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models, ingress):
-    small = Settings(max_batch_rows=2, max_waiting_sequences=2, max_new_tokens=64)
+    small = Settings(dtype="float32", max_batch_rows=2, max_waiting_sequences=2, max_new_tokens=64)
     with deployed_at(serve_url, ingress, "overload", [str(tiny_models / "tiny-a")], small, replicas=1) as (url, _):
 
         async def burst():
@@ -538,7 +538,7 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
     same function as in-process), and those limits are exactly what requests may use."""
     from server.front.registry import ModelRegistry, model_info
 
-    settings = Settings(max_batch_rows=16, max_waiting_sequences=64, max_new_tokens=200)
+    settings = Settings(dtype="float32", max_batch_rows=16, max_waiting_sequences=64, max_new_tokens=200)
     paths = [str(checkpoint), str(family_checkpoints["nllb"]), str(family_checkpoints["mbart50"])]
     with deployed("families", paths, settings=settings, replicas=1, max_models_per_replica=2) as handle:
         url = f"{serve_url}/families"

@@ -22,7 +22,7 @@ KEY = "sk-test-5f1c9d"
 
 @pytest.fixture(scope="module")
 def client(checkpoint):
-    settings = Settings(api_keys=(KEY,), max_new_tokens=20)
+    settings = Settings(dtype="float32", api_keys=(KEY,), max_new_tokens=20)
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     with TestClient(create_app(models, settings)) as c:
         yield c
@@ -84,7 +84,8 @@ def test_sigterm_drains_in_flight_requests_then_exits(checkpoint):
 
 
 def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
-    settings = Settings(ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8, engine_process=False)  # a step
+    settings = Settings(dtype="float32", ready_stale_s=0.3, health_stale_s=0.8, max_new_tokens=8,
+                        engine_process=False)  # a step
     # of this process's engine loop is made to hang
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
     service = models.services[models.registry.default]

@@ -12,7 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from server.settings import Settings
 
-SETTINGS = Settings(max_batch_rows=16, max_new_tokens=30)
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=30)
 NAMES = ("t5_v1_1", "bart", "madlad")
 
 

@@ -11,7 +11,7 @@ from server.runtime.local import LocalModels
 from server.front.registry import ModelRegistry
 from server.settings import Settings
 
-SETTINGS = Settings(max_batch_rows=16, max_new_tokens=12)
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=12)
 ENGLISH = "The weather is lovely today and we are going for a long walk in the park."
 GERMAN = "Das Wetter ist heute schön und wir gehen im Park lange spazieren."
 FRENCH = "Il fait très beau aujourd'hui et nous allons faire une longue promenade dans le parc."

@@ -10,7 +10,8 @@ from server_process import in_process_client
 from model import Translator
 from server.settings import Settings
 
-SETTINGS = Settings(max_batch_rows=16, max_texts=2, max_body_bytes=50_000)  # 2 texts a job: files go in chunks
+# 2 texts a job: files go in chunks
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_texts=2, max_body_bytes=50_000)
 
 
 @pytest.fixture(scope="module")

@@ -88,7 +88,7 @@ def test_a_trace_that_would_keep_a_shape_fixed_fails(checkpoint, monkeypatch):
 
 
 def test_the_server_setting_turns_tracing_off():
-    assert Settings().traced
+    assert Settings(dtype="float32").traced
     assert not Settings.from_env({"SERVER_TRACED": "false"}).traced
-    assert load_weights(None, Settings(device="cpu")).network.traced is not None
-    assert load_weights(None, Settings(device="cpu", traced=False)).network.traced is None
+    assert load_weights(None, Settings(dtype="float32", device="cpu")).network.traced is not None
+    assert load_weights(None, Settings(dtype="float32", device="cpu", traced=False)).network.traced is None

@@ -35,7 +35,7 @@ def main() -> None:
         ray.init(address=cluster.address, log_to_driver=False, runtime_env=local_runtime_env(tempfile.mkdtemp()))
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         serve.start(proxy_location="Disabled")
-        settings = Settings(max_batch_rows=8, replica_http=True, port=free_port())
+        settings = Settings(dtype="float32", max_batch_rows=8, replica_http=True, port=free_port())
         app = build(settings, ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
         serve.run(app, name="two-nodes", route_prefix="/")
         handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
