@@ -11,7 +11,7 @@ from .architecture import ModelConfig
 from .batch_decoder import BatchDecoder, Encoded, StepEvent
 from .bundle import ModelBundle, Source, demo_model_dir, load
 from .cpu_memory import keep_freed_memory
-from .dtypes import native_bfloat16, resolve_device, resolve_dtype
+from .dtypes import native_bfloat16, resolve_dtype, resolve_placement
 from .errors import CheckpointError
 from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
@@ -25,6 +25,5 @@ __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder
            "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Hypothesis", "MarkupError", "ModelBundle",
            "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
            "UnsupportedLanguage", "WordTooLong", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
-           "iso_code", "keep_freed_memory",
-           "load", "match_language", "native_bfloat16", "resolve_device", "resolve_dtype", "new_tokens_within", "prepare", "read_file", "text_content",
-           "word_alignments"]
+           "iso_code", "keep_freed_memory", "load", "match_language", "native_bfloat16", "new_tokens_within", "prepare",
+           "read_file", "resolve_dtype", "resolve_placement", "text_content", "word_alignments"]

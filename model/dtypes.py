@@ -19,9 +19,12 @@ def native_bfloat16() -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def resolve_device(device: str) -> str:
-    """`auto`: the GPU when torch sees one, else the CPU."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+def resolve_placement(device: str, dtype: str) -> tuple[str, str]:
+    """(device, dtype) as a model loads: an `auto` device is the GPU when torch sees one, else the CPU, and the dtype
+    is resolve_dtype's there."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return device, resolve_dtype(dtype, device)
 
 
 def resolve_dtype(dtype: str, device: str | torch.device) -> str:

@@ -51,12 +51,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).flatten(2)  # (B, T, D)
 
 
-# Decoder steps (one query per row) on the CPU with at least this many rows attend through two matmuls instead of
-# scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory bandwidth the
-# batched matmuls reach in float32, and is 3-10x slower than them in bfloat16; below 8 rows the two are alike, and
-# at one row SDPA is faster (measurements: loadtests/README.md). The softmax runs in float32, as SDPA's does.
+# float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
+# instead of scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory
+# bandwidth the batched matmuls reach (the same tokens); below 8 rows the two are alike, and at one row SDPA is
+# faster (measurements: loadtests/README.md). A bfloat16 network's steps attend in float32 too, over its float32
+# cache (Seq2SeqTransformer.cache_dtype); elsewhere reduced precision keeps SDPA, which accumulates in float32.
 MATMUL_ATTENTION_MIN_ROWS = 8
-MATMUL_ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def fixed_in_trace(size) -> int:
@@ -73,8 +73,7 @@ def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch
     """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA
     (a choice per trace: fixed_in_trace)."""
     rows, queries = fixed_in_trace(rows), fixed_in_trace(queries)
-    return (queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu"
-            and dtype in MATMUL_ATTENTION_DTYPES)
+    return queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu" and dtype == torch.float32
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -82,19 +81,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh) in q's dtype, computed in k's (a float32 KV cache under
     bfloat16: Seq2SeqTransformer.cache_dtype). attn_mask: bool (True = attend) or additive float; scale None means
     1/√Dh."""
+    dtype = q.dtype
+    if dtype != k.dtype:  # a dtype is fixed in a trace: the casts are recorded only where they happen
+        q = q.to(k.dtype)
+        if attn_mask is not None and attn_mask.is_floating_point():  # T5's relative-position bias
+            attn_mask = attn_mask.to(k.dtype)
     b, _, tq, dh = q.shape
-    dtype, q = q.dtype, q.to(k.dtype)
-    if attn_mask is not None and attn_mask.is_floating_point():  # T5's relative-position bias, in the weights' dtype
-        attn_mask = attn_mask.to(k.dtype)
     if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                              scale=scale).to(dtype)
-    scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, 1, Tk)
-    scores = scores.mul_(dh ** -0.5 if scale is None else scale)
-    if attn_mask is not None:
-        scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
-                  else scores.add_(attn_mask))
-    return torch.matmul(scores.softmax(-1).to(v.dtype), v).to(dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    else:
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)
+        if attn_mask is not None:
+            scores = (scores.masked_fill_(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                      else scores.add_(attn_mask))
+        out = torch.matmul(scores.softmax(-1), v)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 class RMSNorm(nn.RMSNorm):

@@ -246,8 +246,10 @@ class Seq2SeqTransformer(nn.Module):
         for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
                                                              cross_k.unbind(0), cross_v.unbind(0)):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
-            k_cache[rows, :, positions] = k[:, :, 0].to(k_cache.dtype)  # this step's key and value at each row's
-            v_cache[rows, :, positions] = v[:, :, 0].to(v_cache.dtype)  # position
+            if k.dtype != k_cache.dtype:  # bfloat16 on the CPU: a float32 cache (cache_dtype)
+                k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
+            k_cache[rows, :, positions] = k[:, :, 0]  # this step's key and value at each row's position
+            v_cache[rows, :, positions] = v[:, :, 0]
             attn = layer.self_attn.attend(q, k_cache, v_cache, self_mask)
             x = layer.post_self_attention(x, attn, k_cross, v_cross, cross_mask)
         return self.logits(x[:, 0])

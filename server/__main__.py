@@ -48,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyStoreError as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
-    from model import CheckpointError, resolve_device, resolve_dtype
+    from model import CheckpointError, resolve_placement
 
     from .front import ModelRegistry
 
     try:
-        device = resolve_device(settings.device)
-        dtype = resolve_dtype(settings.dtype, device)  # float16 on the CPU, int8 on a GPU: refused here
+        # float16 on the CPU, int8 on a GPU: refused here
+        device, dtype = resolve_placement(settings.device, settings.dtype)
         registry = ModelRegistry.from_paths(args.model)  # every model named resolves before anything starts
     except (CheckpointError, ValueError) as e:
         print(f"python -m server: {e}", file=sys.stderr)

@@ -133,6 +133,9 @@ class ModelInfo:
     max_input_tokens: int
     max_new_tokens: int
     max_beams: int
+    max_request_chars: int  # characters of a translate request's texts together (the page counts against these)
+    max_document_chars: int  # of one text of a translate request
+    max_generate_chars: int  # of a /v1/generate text
     chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
     device: str = "cpu"  # where its weights run, and in which number format (`auto` resolved)
     dtype: str = "float32"

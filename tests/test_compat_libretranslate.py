@@ -167,7 +167,8 @@ def test_cors_as_libretranslate_sends_it(url):
 def info(sources: list[tuple[str, str]], targets: list[tuple[str, str]]) -> ModelInfo:
     return ModelInfo(id="m", family="m2m_100", source_languages=tuple(LanguageInfo(*s) for s in sources),
                      target_languages=tuple(LanguageInfo(*t) for t in targets), default_beam_size=1, max_texts=8,
-                     max_input_tokens=8, max_new_tokens=8, max_beams=1)
+                     max_input_tokens=8, max_new_tokens=8, max_beams=1, max_request_chars=100,
+                     max_document_chars=100, max_generate_chars=100)
 
 
 def test_libretranslate_codes_old_and_new_any_case():

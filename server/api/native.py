@@ -15,7 +15,6 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
                       TranslationResult)
 from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
-from ..settings import Settings
 from .deps import AppState, authorize, caller, served
 from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
@@ -61,7 +60,7 @@ def generate_response(result: GenerationResult) -> GenerateResponse:
                             usage=Usage(input_tokens=result.input_tokens, output_tokens=result.output_tokens))
 
 
-def model_card(info: ModelInfo, created: int, settings: Settings) -> ModelCard:
+def model_card(info: ModelInfo, created: int) -> ModelCard:
     return ModelCard(
         id=info.id, created=created, family=info.family, languages=[lang.code for lang in info.target_languages],
         source_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.source_languages],
@@ -69,9 +68,8 @@ def model_card(info: ModelInfo, created: int, settings: Settings) -> ModelCard:
         default_beam_size=info.default_beam_size, device=info.device, dtype=info.dtype,
         limits=ModelLimits(max_texts=info.max_texts, max_input_tokens=info.max_input_tokens,
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams,
-                           max_request_chars=settings.max_request_chars,
-                           max_document_chars=settings.max_document_chars,
-                           max_generate_chars=settings.max_generate_chars))
+                           max_request_chars=info.max_request_chars, max_document_chars=info.max_document_chars,
+                           max_generate_chars=info.max_generate_chars))
 
 
 FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -159,7 +157,7 @@ async def event_stream(events):
 
 async def models(request: Request):
     state = served(request)
-    return ModelList(data=[model_card(info, state.started, state.settings) for info in state.provider.models()])
+    return ModelList(data=[model_card(info, state.started) for info in state.provider.models()])
 
 
 def with_body(handler: Callable, schema: type) -> Callable:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import (CheckpointError, demo_model_dir, is_repo_id, iso_code, load, new_tokens_within, resolve_device,
-                   resolve_dtype)
+from model import CheckpointError, demo_model_dir, is_repo_id, iso_code, load, new_tokens_within, resolve_placement
 
 from ..domain import LanguageInfo, ModelInfo
 from ..errors import UnknownModel
@@ -56,14 +55,16 @@ def model_limits(settings: Settings, max_positions: int) -> Settings:
 
 def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
     limits = model_limits(settings, entry.max_positions)
-    device = resolve_device(settings.device)
+    device, dtype = resolve_placement(settings.device, settings.dtype)
     return ModelInfo(
         id=entry.name, family=entry.family,
         source_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.source_langs),
         target_languages=tuple(LanguageInfo(c, iso_code(c)) for c in entry.target_langs),
         default_beam_size=entry.default_beams, max_texts=limits.max_texts, max_input_tokens=limits.max_input_tokens,
-        max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, chat_template=entry.chat_template,
-        device=device, dtype=resolve_dtype(settings.dtype, device))
+        max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, max_request_chars=limits.max_request_chars,
+        max_document_chars=limits.max_document_chars, max_generate_chars=limits.max_generate_chars,
+        chat_template=entry.chat_template,
+        device=device, dtype=dtype)
 
 
 class ModelRegistry:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from model import load
+from model import load, resolve_placement
 
 from .. import metrics
 from ..domain import ModelInfo
@@ -14,13 +14,13 @@ from ..engine.loop import start_engine_loop
 from ..metrics import EngineStats
 from ..settings import Settings
 from .engine_process import EngineProcess
-from .process import device_and_dtype, in_passing_thread, load_weights
+from .process import in_passing_thread, load_weights
 
 
 def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
     """The model at `entry` served from this process: with `engine_process` on the CPU, its weights and engine loop
     in a child process and only its tokenizer here; otherwise all of it here."""
-    device = device_and_dtype(settings)[0]
+    device = resolve_placement(settings.device, settings.dtype)[0]
     if settings.engine_process and device == "cpu":
         bundle = load(entry.path, weights=False)
         limits = model_limits(settings, bundle.max_positions)

@@ -8,24 +8,18 @@ from typing import Callable, TypeVar
 
 import torch
 
-from model import ModelBundle, load, resolve_device, resolve_dtype
+from model import ModelBundle, load, resolve_placement
 
 from ..settings import Settings
 
 T = TypeVar("T")
 
 
-def device_and_dtype(settings: Settings) -> tuple[str, str]:
-    """The settings' device and dtype, `auto` resolved (model.dtypes: the policy's one home)."""
-    device = resolve_device(settings.device)
-    return device, resolve_dtype(settings.dtype, device)
-
-
 def set_engine_threads(cpus: float, settings: Settings) -> int:
     """Torch intra-op threads for CPU engines given `cpus` cores: an engine's encoder and decoder threads run at
     once, a core each at most; more intra-op threads than cores make OpenMP spin-wait against the HTTP side and
     each other (loadtests/README.md, serving path)."""
-    if device_and_dtype(settings)[0] != "cpu":
+    if resolve_placement(settings.device, settings.dtype)[0] != "cpu":
         return torch.get_num_threads()
     threads = max(1, int(cpus) // 2)
     torch.set_num_threads(threads)
@@ -47,7 +41,7 @@ def in_passing_thread(build: Callable[[], T]) -> T:
 
 def load_weights(path: str | None, settings: Settings) -> ModelBundle:
     """The model with its weights on the device and in the dtype the settings resolve to."""
-    device, dtype = device_and_dtype(settings)
+    device, dtype = resolve_placement(settings.device, settings.dtype)
     return load(path, device=device, dtype=dtype, pack_tied_output=settings.pack_tied_output,
                 traced=settings.traced)
 
