@@ -118,7 +118,7 @@ def test_a_hang_up_mid_batch_spares_the_other_requests(slow_server):
     bodies = [{"text": f"hello {word}", "max_new_tokens": 60, "num_beams": 1} for word in ("one", "two", "three")]
     with httpx.Client(base_url=url, timeout=60) as client:
         alone = [client.post("/v1/generate", json=b).json()["text"] for b in bodies]
-    failures = metric(url, "s2s_engine_failures_total")
+    failures, before = metric(url, "s2s_engine_failures_total"), Scrape.of(url)
 
     async def scenario():
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
@@ -143,6 +143,8 @@ def test_a_hang_up_mid_batch_spares_the_other_requests(slow_server):
     assert [r.status_code for r in responses] == [200, 200, 200], [r.text for r in responses]
     assert [r.json()["text"] for r in responses] == alone
     assert metric(url, "s2s_engine_failures_total") == failures
+    assert eventually(lambda: Scrape.of(url).delta(before, "s2s_requests_total", route="/v1/generate",
+                                                   status="499") == 1, timeout=10), "the first was not cancelled"
 
 
 def test_hang_ups_of_non_streaming_requests_cancel_them(slow_server):

@@ -161,10 +161,13 @@ class ModelService:
         outputs = self.engine.outputs(sequence, queue)
         try:
             while True:
-                remaining = deadline - asyncio.get_running_loop().time()
+                # A timeout around each await, not across the yields (the consumer's own awaits are not ours to
+                # time). Not asyncio.wait_for: on Python 3.11 it drops a cancellation that meets a ready output,
+                # and a client's hang-up would then decode to the end.
                 try:
-                    output = await asyncio.wait_for(anext(outputs), max(remaining, 0.001))
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout_at(deadline):
+                        output = await anext(outputs)
+                except TimeoutError:
                     raise self._timed_out() from None
                 if isinstance(output, ErrorOutput):
                     raise output.error
