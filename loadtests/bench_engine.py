@@ -326,14 +326,22 @@ class TransformersEngine:
         return [row[1:].tolist() for row in out]
 
 
+def ct2_model(path: Path, quantization: str) -> Path:
+    """The checkpoint at `path` converted by CTranslate2's converter with `quantization`, once, beside it."""
+    import ctranslate2
+
+    converted = path.parent / f"{path.name}-ct2-{quantization}"
+    if not (converted / "model.bin").exists():
+        ctranslate2.converters.TransformersConverter(str(path)).convert(str(converted), quantization=quantization,
+                                                                       force=True)
+    return converted
+
+
 class CTranslate2Engine:
     def __init__(self, path: Path, work: Workload, quantization: str, device: str = "cpu"):
         import ctranslate2
 
-        converted = path.parent / f"{path.name}-ct2-{quantization}"
-        if not (converted / "model.bin").exists():
-            ctranslate2.converters.TransformersConverter(str(path)).convert(str(converted), quantization=quantization,
-                                                                           force=True)
+        converted = ct2_model(path, quantization)
         self.translator = ctranslate2.Translator(str(converted), device=device, inter_threads=1,
                                                  intra_threads=torch.get_num_threads())
         # CTranslate2 speaks tokens: its own vocabulary (the checkpoint's, less Marian's trailing <pad>) maps ids.

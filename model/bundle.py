@@ -23,7 +23,7 @@ from . import hub
 from .families import Family, Languages, Tokenizer, family_for
 from .generation import read_generation_defaults
 from .languages import ConflictingTarget, UnsupportedLanguage, match_language
-from .quantize import quantize_int8, quantize_linears
+from .quantize import quantize_int8
 from .search import DecodeParams
 from .traced_step import trace_stacks
 from .transformer import Seq2SeqTransformer
@@ -153,8 +153,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     if weights:
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
                                dtype=DTYPES.get(dtype, torch.float32),  # int8: quantized from float32
-                               pack_tied_output=pack_tied_output, onednn=dtype != "int8",  # int8: plain Linears
-                               on_layer=quantize_linears if dtype == "int8" else None)
+                               pack_tied_output=pack_tied_output, int8=dtype == "int8")
         if dtype == "int8":
             network = quantize_int8(network)
         if network.device.type == "cpu":

@@ -11,6 +11,7 @@ import pickle
 import threading
 from collections import Counter
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,7 @@ from .cpu_kernels import use_onednn_linears
 from .cpu_memory import forget_mapped_pages
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
+from .quantize import Int8Rows, quantize_linears
 from .transformer import Seq2SeqTransformer
 
 # The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
@@ -37,7 +39,7 @@ LAYER_LISTS = ("encoder_layers", "decoder_layers")  # the network's layers, each
 
 
 def whole_unit(name: str, own_output: bool) -> str | None:
-    """The module a parameter belongs to that on_layer gets once filled: its encoder or decoder layer, or an untied
+    """The module a parameter belongs to that int8 quantizes once filled: its encoder or decoder layer, or an untied
     output projection (a tied one shares the embeddings, which may come later)."""
     parts = name.split(".")
     if parts[0] in LAYER_LISTS:
@@ -100,20 +102,27 @@ def first_line(error: Exception) -> str:
 CHUNK_BYTES = 16 * 2**20
 
 
-def copy_in_blocks(destination: torch.Tensor, read: Callable[[int, int], torch.Tensor],
+def copy_in_blocks(destination: torch.Tensor | Int8Rows, read: Callable[[int, int], torch.Tensor],
                    done: Callable[[torch.Tensor], None] | None = None) -> None:
     """`destination` filled a block of rows at a time from `read(first row, end row)` (`done(block)` after each):
-    a large tensor (an embedding matrix) is never held twice."""
-    if destination.dim() == 0:
-        blocks = [(destination, 0, 1)]
+    a large tensor (an embedding matrix) is never held twice, and Int8Rows quantize each block as it comes."""
+    if isinstance(destination, Int8Rows):
+        write, value_bytes = destination.quantize_rows, 4  # takes float32 rows
     else:
-        step = max(1, CHUNK_BYTES // max(1, destination[0].numel() * destination.element_size()))
-        blocks = [(destination[i:i + step], i, i + step) for i in range(0, destination.shape[0], step)]
-    for target, first, end in blocks:
-        block = read(first, end)
-        target.copy_(block if destination.dim() else block.reshape(()))
+        write, value_bytes = partial(copy_rows, destination), destination.element_size()
+    rows = destination.shape[0] if len(destination.shape) else 1
+    step = max(1, CHUNK_BYTES // max(1, destination.shape[1:].numel() * value_bytes))
+    for first in range(0, rows, step):
+        block = read(first, first + step)
+        write(first, block)
         if done is not None:
             done(block)
+
+
+def copy_rows(destination: torch.Tensor, first: int, block: torch.Tensor) -> None:
+    """`block` into `destination`'s rows from `first` (a scalar: into the scalar)."""
+    target = destination[first:first + len(block)] if destination.dim() else destination
+    target.copy_(block.reshape(target.shape))
 
 
 def safetensors_rows(path: Path, key: str) -> Callable[[int, int], torch.Tensor]:
@@ -127,7 +136,7 @@ def safetensors_rows(path: Path, key: str) -> Callable[[int, int], torch.Tensor]
     return read
 
 
-def fill(destinations: dict[str, tuple[torch.Tensor, Path]], filled: Callable[[str], None]) -> None:
+def fill(destinations: dict[str, tuple[torch.Tensor | Int8Rows, Path]], filled: Callable[[str], None]) -> None:
     """Each checkpoint tensor copied into its destination (a parameter, or its rows of a fused one), cast to the
     destination's dtype, in the order given; `filled(key)` after each. A safetensors tensor is mapped only while it
     is copied, a memory-mapped pickle's pages are dropped as each tensor is copied: a load holds the weights once
@@ -174,20 +183,19 @@ def without_random_init():
 
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 pack_tied_output: bool = True, onednn: bool = True,
-                 on_layer: Callable[[nn.Module], None] | None = None) -> Seq2SeqTransformer:
-    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels; not when `onednn`
-    is False: a model about to be quantized), a tied output projection with its own packed and transposed copies
-    of the embedding matrix when pack_tied_output. `on_layer(layer)` runs on each encoder and decoder layer as soon
-    as its weights are in, and on an untied output projection (int8 quantizes them there, so the float32 model
-    never exists whole)."""
+                 pack_tied_output: bool = True, int8: bool = False) -> Seq2SeqTransformer:
+    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
+    projection with its own packed and transposed copies of the embedding matrix when pack_tied_output. int8 (a
+    float32 model on the CPU): each encoder and decoder layer quantized (model.quantize) as soon as its weights are
+    in, an untied output projection a block of rows at a time as they are read, so the float32 model never exists
+    whole; the caller quantizes what is left (a tied output projection)."""
     path, files = weight_files(model_dir)
     shapes = tensor_shapes(files)
     with without_random_init():
         model = Seq2SeqTransformer(config)
     model = model.to(device=device, dtype=dtype).eval()  # nothing loaded yet: no copy of the weights made here
     params = model.state_dict()  # views of the parameters: filling them fills the model
-    destinations, layer_of, used = {}, {}, set(ignored)
+    destinations, unit_of, used, covered, output_rows = {}, {}, set(ignored), set(), None
     ours_parts = key_map(config)
     own_output = "lm_head.weight" in ours_parts  # untied: the output projection is filled on its own
     for ours, parts in ours_parts.items():
@@ -208,30 +216,38 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
             got = " + ".join(f"{k} {shapes[k][1]}" for k in keys)
             raise CheckpointError(f"{shapes[keys[0]][0]}: {got} does not match the expected shape "
                                   f"{tuple(params[ours].shape)} from config.json")
-        for key, part in zip(keys, target.split(rows)):  # a fused projection's parts: its rows, in order
-            destinations[key] = part, shapes[key][0]
-            layer_of[key] = whole_unit(ours, own_output)
+        if int8 and ours == "lm_head.weight":  # untied, V × D: quantized as read, never whole in float32
+            output_rows = Int8Rows(*target.shape)
+            pieces = [output_rows]
+        else:
+            pieces = target.split(rows)  # a fused projection's parts: its rows, in order
+        for key, piece in zip(keys, pieces):
+            destinations[key] = piece, shapes[key][0]
+            unit_of[key] = whole_unit(ours, own_output)
+        covered.add(params[ours].data_ptr())
     unexpected = sorted(set(shapes) - used)
     if unexpected:
         raise CheckpointError(f"{shapes[unexpected[0]][0]}: unexpected key {unexpected[0]!r}" +
                               (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
-    filled = {name for name, p in params.items()
-              if any(d.data_ptr() == p.data_ptr() for d, _ in destinations.values())}
+    filled = {name for name, p in params.items() if p.data_ptr() in covered}
     missing = {name for name, _ in model.named_parameters()} - filled - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
-    waiting = Counter(layer for layer in layer_of.values() if layer is not None)
+    waiting = Counter(unit for unit in unit_of.values() if unit is not None)
 
     def filled_one(key: str) -> None:
-        layer = layer_of[key]
-        if layer is not None and on_layer is not None:
-            waiting[layer] -= 1
-            if waiting[layer] == 0:
-                on_layer(model.get_submodule(layer))
+        unit = unit_of[key]
+        if unit is None or not int8:
+            return
+        waiting[unit] -= 1
+        if waiting[unit] == 0 and unit == "lm_head":
+            model.lm_head = output_rows.linear(model.lm_head.bias)
+        elif waiting[unit] == 0:
+            quantize_linears(model.get_submodule(unit))
 
-    del params, target, part
+    del params, target, pieces, piece
     with torch.no_grad():
         fill(destinations, filled_one)
-    if onednn and model.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+    if not int8 and model.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
         use_onednn_linears(model, pack_shared=pack_tied_output)
     return model
 

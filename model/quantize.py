@@ -5,7 +5,9 @@ torch 2.13) with a scale per output channel (as CTranslate2's int8): a fused pro
 scale per matrix would round its smallest part coarsely. Embeddings stay float; the
 output projection gets its own int8 copy of the tied weight. Each Linear is swapped for its int8 one in place, so its
 float weight is freed there: quantize_dynamic leaves every Linear it replaced in a reference cycle (its qconfig's
-observer factory closes over the module), alive until the next full garbage collection.
+observer factory closes over the module), alive until the next full garbage collection. An untied output projection
+(a vocabulary × d_model matrix) is quantized a block of rows at a time as the checkpoint is read (Int8Rows), so its
+float32 matrix never exists whole.
 """
 
 from __future__ import annotations
@@ -33,6 +35,39 @@ def quantize_linears(module: nn.Module) -> None:
                     warnings.simplefilter("ignore")
                     setattr(parent, name, Int8Linear.from_float(child))
     release_freed_memory()
+
+
+class Int8Rows:
+    """A Linear's weight (out_features × in_features) quantized as its rows come in, a block at a time, into an int8
+    buffer: the scale of each row depends on that row alone, so the blocks round exactly as Int8Linear.from_float
+    rounds the whole matrix (the same observer and quantize_per_channel)."""
+
+    def __init__(self, out_features: int, in_features: int):
+        self.shape = torch.Size((out_features, in_features))
+        self.values = torch.empty(self.shape, dtype=torch.int8)
+        self.scales = torch.empty(out_features, dtype=torch.float64)  # as from_float hands them to quantize_per_channel
+
+    def quantize_rows(self, first: int, block: torch.Tensor) -> None:
+        block = block.float()  # as the float32 parameter would hold it
+        observer = per_channel_dynamic_qconfig.weight()
+        observer(block)
+        scales, zero_points = observer.calculate_qparams()  # zero points: 0 (symmetric)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = torch.quantize_per_channel(block, scales.double(), zero_points.long(), 0, torch.qint8)
+        self.values[first:first + len(block)] = rows.int_repr()
+        self.scales[first:first + len(block)] = scales
+
+    def linear(self, bias: torch.Tensor | None) -> Int8Linear:
+        """The int8 Linear of all the rows, as from_float builds it; the int8 buffer let go (the weight is a copy)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            weight = torch._make_per_channel_quantized_tensor(self.values, self.scales,
+                                                               torch.zeros_like(self.scales, dtype=torch.int64), 0)
+            self.values = None
+            linear = Int8Linear(self.shape[1], self.shape[0], dtype=torch.qint8)
+            linear.set_weight_bias(weight, bias)
+        return linear
 
 
 def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:

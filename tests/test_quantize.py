@@ -1,0 +1,43 @@
+"""int8 weights quantized a block of rows at a time (model.quantize.Int8Rows, how an untied output projection loads)
+equal torch's quantization of the whole float32 matrix: the same int8 values, scales and bias."""
+
+import torch
+from safetensors import safe_open
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+from torch.ao.quantization import per_channel_dynamic_qconfig
+
+from model import load
+from model.quantize import Int8Rows
+
+
+def whole_matrix(weight: torch.Tensor, bias: torch.Tensor) -> Int8Linear:
+    linear = nn.Linear(weight.shape[1], weight.shape[0])
+    linear.weight, linear.bias = nn.Parameter(weight), nn.Parameter(bias)
+    linear.qconfig = per_channel_dynamic_qconfig
+    return Int8Linear.from_float(linear)
+
+
+def assert_same_int8(got: Int8Linear, expected: Int8Linear) -> None:
+    (weight, bias), (expected_weight, expected_bias) = got._weight_bias(), expected._weight_bias()
+    assert torch.equal(weight.int_repr(), expected_weight.int_repr())
+    assert torch.equal(weight.q_per_channel_scales(), expected_weight.q_per_channel_scales())
+    assert torch.equal(weight.q_per_channel_zero_points(), expected_weight.q_per_channel_zero_points())
+    assert torch.equal(bias, expected_bias)
+
+
+def test_rows_quantized_in_blocks_equal_the_whole_matrix_quantized():
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(300, 64, generator=generator) * torch.logspace(-3, 1, 300)[:, None]  # rows far apart
+    bias = torch.randn(300, generator=generator)
+    rows = Int8Rows(300, 64)
+    for first in range(0, 300, 7):  # blocks that do not divide the rows
+        rows.quantize_rows(first, weight[first:first + 7])
+    assert_same_int8(rows.linear(bias), whole_matrix(weight, bias))
+
+
+def test_untied_output_projection_loads_as_its_whole_matrix_quantized(checkpoints):
+    path = checkpoints["gelu-untied"]
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        weight, bias = f.get_tensor("lm_head.weight"), f.get_tensor("final_logits_bias")[0]
+    assert_same_int8(load(path, dtype="int8", traced=False).network.lm_head, whole_matrix(weight, bias))
