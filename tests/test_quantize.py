@@ -41,3 +41,10 @@ def test_untied_output_projection_loads_as_its_whole_matrix_quantized(checkpoint
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         weight, bias = f.get_tensor("lm_head.weight"), f.get_tensor("final_logits_bias")[0]
     assert_same_int8(load(path, dtype="int8", traced=False).network.lm_head, whole_matrix(weight, bias))
+
+
+def test_tied_output_projection_quantizes_as_the_whole_embedding_matrix(checkpoint):
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        bias = f.get_tensor("final_logits_bias")[0]
+    network = load(checkpoint, dtype="int8", traced=False).network
+    assert_same_int8(network.lm_head, whole_matrix(network.decoder_embed.weight.detach().clone(), bias))
