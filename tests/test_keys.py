@@ -1,6 +1,7 @@
 """Keys, per-key rate limits and character quotas: the counter on a fake clock, and one set shared by the native,
 LibreTranslate and DeepL APIs (in-process app, demo model), each API answering in its own shape and status."""
 
+import asyncio
 import time
 
 import pytest
@@ -29,15 +30,19 @@ def test_rate_limit_per_caller_per_clock_minute_with_retry_after():
     clock = Clock()
     keys = keys_of(clock, api_keys=("a", "b"), rate_limit_per_minute=2)
     a, b = keys.caller("a", None), keys.caller("b", None)
-    keys.admit(a)
+
+    def admit(caller):
+        asyncio.run(keys.admit(caller))
+
+    admit(a)
     clock.now += 20
-    keys.admit(a)
+    admit(a)
     with pytest.raises(RateLimited) as raised:
-        keys.admit(a)
+        admit(a)
     assert raised.value.retry_after_s == 40 and raised.value.message == "Slowdown: 2 per 1 minute"
-    keys.admit(b)  # another key has its own count
+    admit(b)  # another key has its own count
     clock.now += 40
-    keys.admit(a)  # a new minute
+    admit(a)  # a new minute
 
 
 def test_callers_are_keys_when_configured_else_addresses():
@@ -51,15 +56,20 @@ def test_callers_are_keys_when_configured_else_addresses():
 def test_quota_charged_refunded_on_failure_and_reported():
     keys = keys_of(api_keys=("a",), character_quota=10)
     a = keys.caller("a", None)
-    with keys.spending(a, 6):
-        pass
-    with pytest.raises(RuntimeError), keys.spending(a, 4):
-        raise RuntimeError("the translation failed")
-    assert keys.usage(a) == (6, 10)
-    with pytest.raises(QuotaExceeded):
-        with keys.spending(a, 5):
+
+    async def spend():
+        async with keys.spending(a, 6):
             pass
-    assert Keys(Settings(), KeyStore("open.sqlite")).usage("anyone") == (0, None)
+        with pytest.raises(RuntimeError):
+            async with keys.spending(a, 4):
+                raise RuntimeError("the translation failed")
+        assert await keys.usage(a) == (6, 10)
+        with pytest.raises(QuotaExceeded):
+            async with keys.spending(a, 5):
+                pass
+        assert await Keys(Settings(), KeyStore("open.sqlite")).usage("anyone") == (0, None)
+
+    asyncio.run(spend())
 
 
 def test_a_keys_own_limits_over_the_servers_and_counts_shared_by_two_processes_stores():
@@ -72,7 +82,7 @@ def test_a_keys_own_limits_over_the_servers_and_counts_shared_by_two_processes_s
     admitted = 0
     for keys in (first, second, first, second, first):
         try:
-            keys.admit(caller)
+            asyncio.run(keys.admit(caller))
             admitted += 1
         except RateLimited:
             pass
@@ -143,6 +153,10 @@ def test_one_character_quota_across_the_three_apis(app_client):
 
 def test_nothing_is_counted_for_an_open_unlimited_server():
     keys = keys_of()
-    with keys.spending(keys.caller(None, "1.2.3.4"), 100):
-        pass
+
+    async def spend():
+        async with keys.spending(keys.caller(None, "1.2.3.4"), 100):
+            pass
+
+    asyncio.run(spend())
     assert keys.store.usage("address:1.2.3.4") == (0, 0)

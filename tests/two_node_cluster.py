@@ -1,14 +1,17 @@
 """A two-node Ray cluster on loopback (head + worker, one CPU each) running two model replicas, each serving
-HTTP on the same port of its node (`replica_http`; both nodes are this machine here).
+HTTP on the same port of its node (`replica_http`; both nodes are this machine here), with API keys: a key's rate
+limit counted once across the nodes (the worker node's replica through the head node's key store actor).
 
-Run by tests/test_ray_serve.py in its own process (one Ray driver per process). Prints the nodes found and the
-HTTP answers.
+Run by tests/test_ray_serve.py in its own process (one Ray driver per process). Prints the nodes found, the HTTP
+answers, the limited key's answers and usage, and which processes hold the key store file.
 """
 
 import json
 import os
 import sys
 import tempfile
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from server.runtime.deployment import build  # noqa: E402
 from server.front.registry import ModelRegistry  # noqa: E402
+from server.keystore import KeyStore  # noqa: E402
+from server.runtime.cluster_keys import NAMESPACE  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 
@@ -35,24 +40,51 @@ def main() -> None:
         ray.init(address=cluster.address, log_to_driver=False, runtime_env=local_runtime_env(tempfile.mkdtemp()))
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         serve.start(proxy_location="Disabled")
-        settings = Settings(dtype="float32", max_batch_rows=8, replica_http=True, port=free_port())
+        store = Path(tempfile.mkdtemp()) / "keys.sqlite"
+        limited = KeyStore(store).add("limited", rate_limit_per_minute=5)
+        settings = Settings(dtype="float32", max_batch_rows=8, replica_http=True, port=free_port(),
+                            api_keys=("open-key",), key_store=str(store))
         app = build(settings, ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
         serve.run(app, name="two-nodes", route_prefix="/")
         handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
-        nodes = {handle.describe.remote().result()["node"] for _ in range(40)}
-        print(f"nodes with replicas: {len(nodes)}", flush=True)
-        body = json.dumps({"text": "forty-two", "target_lang": "fr"}).encode()
-        answers = []
-        for _ in range(20):  # a connection each
-            request = urllib.request.Request(f"http://127.0.0.1:{settings.port}/v1/translate", data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=60) as response:
-                answers.append(json.load(response)["translations"][0]["text"])
-        print(f"http answers: {answers.count('quarante-deux')}/20", flush=True)
+        replicas = {(r := handle.describe.remote().result())["node"]: r["pid"] for _ in range(40)}
+        print(f"nodes with replicas: {len(replicas)}", flush=True)
+        url = f"http://127.0.0.1:{settings.port}"
+        answers = [translate(url, "open-key") for _ in range(20)]  # a connection each
+        print(f"http answers: {answers.count((200, 'quarante-deux'))}/20", flush=True)
+
+        if 60 - time.time() % 60 < 20:  # the limit counts per clock minute: the burst stays within one
+            time.sleep(60 - time.time() % 60 + 0.1)
+        statuses = sorted(translate(url, limited)[0] for _ in range(16))
+        print(f"limited key: {statuses.count(200)} x 200, {statuses.count(429)} x 429", flush=True)
+        request = urllib.request.Request(f"{url}/v2/usage", headers={"Authorization": f"DeepL-Auth-Key {limited}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            print(f"limited key's characters: {json.load(response)['character_count']}", flush=True)
+        holding = [pid for pid in replicas.values() if holds(pid, store)]
+        print(f"replicas holding the key store file: {len(holding)} of {len(replicas)}", flush=True)
+        actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
+        print(f"key store actors: {len(actors)}", flush=True)
         serve.shutdown()
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def translate(url: str, key: str) -> tuple[int, str | None]:
+    body = json.dumps({"text": "forty-two", "target_lang": "fr"}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    request = urllib.request.Request(f"{url}/v1/translate", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)["translations"][0]["text"]
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def holds(pid: int, path: Path) -> bool:
+    """Whether process `pid` has the file at `path` open."""
+    folder = Path(f"/proc/{pid}/fd")
+    return any(os.path.realpath(fd) == str(path.resolve()) for fd in folder.iterdir())
 
 
 if __name__ == "__main__":

@@ -33,10 +33,11 @@ def render(path: str, error: ServerError) -> Response:
     return next(style for style in STYLES if style.owns(path)).render(error)
 
 
-def create_app(provider: ModelProvider, settings: Settings) -> FastAPI:
+def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None) -> FastAPI:
+    """`key_store`: where the keys and their counts are (default: the file settings.key_store names)."""
     app = FastAPI(title="seq2seq-serve", version="0.1.0",
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.state.served = AppState(provider, settings, Keys(settings, KeyStore(settings.key_store)),
+    app.state.served = AppState(provider, settings, Keys(settings, key_store or KeyStore(settings.key_store)),
                                 Downloads(settings.max_downloads, settings.download_ttl_s))
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)

@@ -124,7 +124,7 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntr
 
 async def caller(request: Request, state: AppState, work: bool = False) -> tuple[str, Params]:
     params = await read_params(request)
-    return caller_of(request, state.keys, deepl_key(request, params), INVALID_KEY, work), params
+    return await caller_of(request, state.keys, deepl_key(request, params), INVALID_KEY, work), params
 
 
 @STYLE.route("/v2/translate", ["POST"], response_model=TranslateResponse)
@@ -152,7 +152,7 @@ async def translate(request: Request):
         texts_field="text", text_options=text_options(form))
 
     async def work():
-        with state.keys.spending(who, count):
+        async with state.keys.spending(who, count):
             result = await dispatch.translate(state.provider, job)
         return json_response(translate_response(result, form.text, form.source_lang))
 
@@ -173,7 +173,7 @@ async def languages(request: Request):
 async def usage(request: Request):
     state = served(request)
     who, _ = await caller(request, state)
-    used, quota = state.keys.usage(who)
+    used, quota = await state.keys.usage(who)
     return {"character_count": used, "character_limit": quota or NO_CHARACTER_LIMIT}
 
 

@@ -42,7 +42,7 @@ async def authorize(request: Request) -> None:
     if caller is None:
         raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", field="authorization")
     if request.method == "POST":
-        keys.admit(caller)
+        await keys.admit(caller)
     request.state.caller = caller
 
 

@@ -5,15 +5,18 @@ A caller is its key (its hash) when the store held active keys at start (SERVER_
 client address. A key's own limits apply where it has them, the server's settings (rate_limit_per_minute,
 character_quota) where it has not. The keys are read from the store again every KEYS_FRESH_S, so a key added or
 removed with `python -m server.keys` takes effect within that; the counts are the store's, exact across processes.
-Each API reads the key its own way and renders these errors in its own shape.
+The count calls are awaited: a replica off a Ray cluster's head node counts over the network
+(runtime.cluster_keys), and its event loop serves others meanwhile. Each API reads the key its own way and renders
+these errors in its own shape.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, Callable, Iterable
 
 from ..errors import ServerError
 from ..keystore import KeyRecord, KeyStore, key_id
@@ -51,6 +54,11 @@ class Keys:
         self.keys_read, self.minute = clock(), int(clock() // WINDOW_S)
         self.required = bool(self.keys)  # fixed at start: the first key added to an open server needs a restart
 
+    async def count(self, method: str, *args: Any) -> Any:
+        """The store's `method`: answered at once by a file, awaited from a cluster's head node."""
+        answer = getattr(self.store, method)(*args)
+        return await answer if inspect.isawaitable(answer) else answer
+
     def caller(self, key: str | None, address: str | None) -> str | None:
         """The caller's identity: the key's hash when keys are required (None: missing or not an active key),
         else the client address (any key, or none, is accepted)."""
@@ -68,7 +76,7 @@ class Keys:
         quota = record and record.character_quota
         return (self.per_minute if per_minute is None else per_minute), (self.quota if quota is None else quota)
 
-    def admit(self, caller: str) -> None:
+    async def admit(self, caller: str) -> None:
         """Count one request of `caller`; RateLimited (with the seconds to the next minute) over its limit."""
         if not self.enforcing:
             return
@@ -76,8 +84,8 @@ class Keys:
         minute, limit = int(now // WINDOW_S), self.limits(caller)[0]
         if minute != self.minute:  # once a minute per process: earlier minutes are of no more use
             self.minute = minute
-            self.store.forget_minutes_before(minute - 1)
-        if not self.store.admit(caller, minute, limit):
+            await self.count("forget_minutes_before", minute - 1)
+        if not await self.count("admit", caller, minute, limit):
             raise RateLimited(limit, max(1, math.ceil((minute + 1) * WINDOW_S - now)))
 
     @property
@@ -90,24 +98,24 @@ class Keys:
         """Whether characters are counted (keys or a quota): an open, unlimited server counts none."""
         return bool(self.required or self.quota)
 
-    @contextmanager
-    def spending(self, caller: str, characters: int):
+    @asynccontextmanager
+    async def spending(self, caller: str, characters: int):
         """Charge `characters` to `caller` for the work inside; refunded if the work fails. QuotaExceeded before
         any work when the charge would go past the quota."""
         if not self.counting:  # open and unlimited: no count to keep, one per client address
             yield
             return
         quota = self.limits(caller)[1]
-        if self.store.charge(caller, characters, quota) is None:
-            used = self.store.usage(caller)[0]
+        if await self.count("charge", caller, characters, quota) is None:
+            used = (await self.count("usage", caller))[0]
             raise QuotaExceeded(f"character quota exceeded: {used} of {quota} used, this request has "
                                 f"{characters}", limit=quota)
         try:
             yield
         except BaseException:
-            self.store.refund(caller, characters)
+            await self.count("refund", caller, characters)
             raise
 
-    def usage(self, caller: str) -> tuple[int, int | None]:
+    async def usage(self, caller: str) -> tuple[int, int | None]:
         """(characters used, the quota or None)."""
-        return self.store.usage(caller)[0], self.limits(caller)[1] or None
+        return (await self.count("usage", caller))[0], self.limits(caller)[1] or None

@@ -127,7 +127,7 @@ def check_size(state: AppState, texts: list[str]) -> int:
 async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
-    caller = caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    caller = await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     form = validated(TranslateForm, present(params, ["q", "source", "target", "format", "alternatives"]), missing,
                      invalid)
     single = isinstance(form.q, str)
@@ -150,7 +150,7 @@ async def translate(request: Request):
         text_options=TextOptions(format=form.format, split_sentences="nonewlines" if form.format == "html" else "1"))
 
     async def work():
-        with state.keys.spending(caller, count):
+        async with state.keys.spending(caller, count):
             result = await dispatch.translate(state.provider, job)
         return json_response(translate_response(result, single, auto, form.alternatives))
 
@@ -161,7 +161,7 @@ async def translate(request: Request):
 async def detect(request: Request):
     state = served(request)
     params = await read_params(request)
-    caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     form = validated(DetectForm, present(params, ["q"]), missing, invalid)
     if not form.q:
         raise InvalidRequest(missing("q"), field="q")
@@ -175,7 +175,7 @@ async def translate_file(request: Request):
     """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
     is charged the characters of its text against the character quota."""
     params = await read_params(request)
-    caller = caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    caller = await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     upload = params.first("file")
     if not isinstance(upload, UploadFile):
         raise InvalidRequest(missing("file"), field="file")
@@ -189,7 +189,7 @@ async def translate_file(request: Request):
 
     async def work():
         parsed = await dispatch.read_document(state.provider, data, filename.suffix)
-        with state.keys.spending(caller, parsed.characters):
+        async with state.keys.spending(caller, parsed.characters):
             translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target))
         name = state.downloads.put(filename.name, translated)
         return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")

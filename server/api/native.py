@@ -91,7 +91,7 @@ async def translate(body: TranslateRequest, request: Request):
     state = served(request)
 
     async def work():
-        with state.keys.spending(caller(request), characters(body.text)):
+        async with state.keys.spending(caller(request), characters(body.text)):
             result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False)
         return json_response(translate_response(result, body.return_scores))
 
@@ -114,7 +114,7 @@ async def translate_file(request: Request):
 
     async def work():
         parsed = await dispatch.read_document(state.provider, data, name.suffix)
-        with state.keys.spending(caller(request), parsed.characters):
+        async with state.keys.spending(caller(request), parsed.characters):
             translated = await dispatch.translate_file(state.provider, parsed, **fields)
         download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
         return Response(translated, media_type=upload.content_type or "application/octet-stream",
@@ -129,11 +129,11 @@ async def generate(body: GenerateRequest, request: Request):
     job = generation_job(body)
     if not body.stream:
         async def work():
-            with state.keys.spending(caller(request), characters([body.text])):
+            async with state.keys.spending(caller(request), characters([body.text])):
                 return json_response(generate_response(await service.generate(job)))
 
         return await until_disconnect(request, work())
-    with state.keys.spending(caller(request), characters([body.text])):
+    async with state.keys.spending(caller(request), characters([body.text])):
         events = await opened(service.generate_events(job))
     return event_response(event_stream(events))
 

@@ -187,7 +187,8 @@ def jobs(body: Knobs, texts: list[str], fields: list[str], settings: Settings) -
 async def read(request: Request, state: AppState, schema: type[Knobs]) -> tuple[str, Knobs]:
     """The caller (from `Authorization: Bearer`, counted against its rate limit) and the body."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
-    who = caller_of(request, state.keys, key.strip() if scheme.lower() == "bearer" else None, INVALID_KEY, work=True)
+    key = key.strip() if scheme.lower() == "bearer" else None
+    who = await caller_of(request, state.keys, key, INVALID_KEY, work=True)
     params = await read_params(request)
     data = {name: params.first(name) for name in params.values}
     refuse_unsupported(data)
@@ -223,7 +224,7 @@ async def answer(request: Request, state: AppState, who: str, shape: Shape, body
             "model": service.name}
     if not body.stream:
         async def work():
-            with state.keys.spending(who, characters(texts)):
+            async with state.keys.spending(who, characters(texts)):
                 outputs, finals = [""] * len(choices), [None] * len(choices)
                 async for index, event in merged([service.generate_events(job) for job in choices]):
                     outputs[index] += event.text
@@ -234,7 +235,7 @@ async def answer(request: Request, state: AppState, who: str, shape: Shape, body
                 for i, (text, final) in enumerate(zip(outputs, finals))]})
 
         return await until_disconnect(request, work())
-    with state.keys.spending(who, characters(texts)):
+    async with state.keys.spending(who, characters(texts)):
         events = await opened(merged([service.generate_events(job) for job in choices]))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return event_response(chunks({**head, "object": shape.chunk_object}, shape, events, len(choices), body.n,

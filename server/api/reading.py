@@ -80,12 +80,12 @@ def present(params: Params, names: list[str], lists: tuple[str, ...] = ()) -> di
     return {name: params.many(name) if name in lists else params.first(name) for name in names if name in params}
 
 
-def caller_of(request: Request, keys: Keys, key: Any, rejected: str, work: bool) -> str:
+async def caller_of(request: Request, keys: Keys, key: Any, rejected: str, work: bool) -> str:
     """Who is calling (see Keys.caller): an empty key is no key; a rejected one is a 403 saying `rejected`.
     A `work` request (one that translates or detects) counts against the caller's rate limit."""
     caller = keys.caller(key if isinstance(key, str) and key else None, request.client and request.client.host)
     if caller is None:
         raise InvalidKey(rejected, field="api_key")
     if work:
-        keys.admit(caller)
+        await keys.admit(caller)
     return caller

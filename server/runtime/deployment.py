@@ -18,6 +18,7 @@ import asyncio
 import os
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
 import torch
@@ -34,6 +35,7 @@ from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, Tr
 from ..errors import EngineFailed, QueueFull, ServerError
 from ..front import ModelRegistry, ModelService, model_info
 from ..settings import Settings
+from .cluster_keys import cluster_key_store
 from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
 from .process import set_engine_threads
@@ -73,7 +75,7 @@ def model_server_class(max_models_per_replica: int):
             self.loaded: dict[str, ModelService] = {}
 
         def __serve_build_asgi_app__(self):
-            app = create_app(ReplicaModels(self), self.settings)
+            app = create_app(ReplicaModels(self), self.settings, cluster_key_store(self.settings.key_store))
             if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
                 server = uvicorn_server(app, self.settings, lifespan="off")
                 sock = reuseport_socket(self.settings.host, self.settings.port)
@@ -233,7 +235,9 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
     requests its engine can hold (batch rows + waiting sequences; beyond them the engine answers 503 at once) plus
     room for health checks, scrapes and refusals, so those never wait behind decoding work; beyond that Serve
     queues as many (a burst briefly waits there for a replica even when replicas have room), then answers 503
-    with Retry-After."""
+    with Retry-After. A relative key store is resolved here, where the application is built (on the head node,
+    whose file every replica's counts go to: runtime.cluster_keys)."""
+    settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))
     model_server = model_server_class(settings.max_models_per_replica).options(
         num_replicas=replicas,
         max_ongoing_requests=settings.max_batch_rows + settings.max_waiting_sequences + CONTROL_REQUESTS,
