@@ -19,6 +19,21 @@ os.environ.setdefault("SERVER_DTYPE", "float32")
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
+def pytest_collection_finish(session):
+    """Start the GPU check's dry run now when this session will run it (test_gpu_check.DryRun)."""
+    if not session.config.option.collectonly and any(item.path.name == "test_gpu_check.py" for item in session.items):
+        from test_gpu_check import DryRun
+
+        DryRun.started = DryRun()
+
+
+def pytest_sessionfinish(session):
+    """A dry run the session started and never waited for (stopped early, -x) ends with it."""
+    dry_run = getattr(sys.modules.get("test_gpu_check"), "DryRun", None)
+    if dry_run is not None and dry_run.started is not None:
+        dry_run.started.stop()
+
+
 @pytest.fixture(autouse=True)
 def own_working_directory(tmp_path, monkeypatch):
     """Each test runs in a folder of its own, so an app made in the test keeps its key store (keys.sqlite in the

@@ -1,10 +1,16 @@
 """The GPU check's dry run: every step of `python -m loadtests.gpu_check` walked on the CPU with tiny shapes, so
-that on a GPU machine only CUDA can fail."""
+that on a GPU machine only CUDA can fail. The dry run (a minute and a half of processes of its own) starts when
+collection ends (conftest), beside the tests before this module, rather than holding the suite for that long."""
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,14 +26,41 @@ def gpu_check(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-check")
-    port = free_port()
-    while not free_port_at(port + 1):  # two free ports in a row: the locust run's server and bench_serving's
+class DryRun:
+    """`gpu_check --dry-run` in a process of its own; `started`: the one conftest started."""
+
+    started: "DryRun | None" = None
+
+    def __init__(self):
+        self.out = Path(tempfile.mkdtemp(prefix="gpu-check-"))
         port = free_port()
-    done = gpu_check("--dry-run", "--out", str(out), "--port", str(port))
-    return done, out
+        while not free_port_at(port + 1):  # two free ports in a row: the locust run's server and bench_serving's
+            port = free_port()
+        command = [sys.executable, "-m", "loadtests.gpu_check", "--dry-run", "--out", str(self.out / "run"),
+                   "--port", str(port)]
+        with open(self.out / "stdout", "w") as stdout, open(self.out / "stderr", "w") as stderr:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr, text=True,
+                                            start_new_session=True)  # its group: every process it starts
+
+    def finish(self, timeout: float = 600) -> subprocess.CompletedProcess:
+        self.process.wait(timeout)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode,
+                                           (self.out / "stdout").read_text(), (self.out / "stderr").read_text())
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):  # finished, its processes with it
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def dry_run():
+    run = DryRun.started or DryRun()
+    try:
+        yield run.finish(), run.out / "run"
+    finally:
+        run.stop()
 
 
 def free_port_at(port: int) -> bool:
