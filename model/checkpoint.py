@@ -27,7 +27,7 @@ from .cpu_kernels import use_onednn_linears
 from .cpu_memory import forget_mapped_pages
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
-from .quantize import Int8Rows, quantize_linears
+from .quantize import Int8Rows, quantize_in_blocks, quantize_linears
 from .transformer import Seq2SeqTransformer
 
 # The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
@@ -38,13 +38,13 @@ KeyMap = Callable[[ModelConfig], dict[str, Parts]]
 LAYER_LISTS = ("encoder_layers", "decoder_layers")  # the network's layers, each filled whole before the next
 
 
-def whole_unit(name: str, own_output: bool) -> str | None:
-    """The module a parameter belongs to that int8 quantizes once filled: its encoder or decoder layer, or an untied
-    output projection (a tied one shares the embeddings, which may come later)."""
+def whole_unit(name: str, output_weight: bool) -> str | None:
+    """The module a parameter belongs to that int8 quantizes once filled: its encoder or decoder layer, or the
+    output projection (its bias, and its weight: its own, or the embeddings it is tied to, when `output_weight`)."""
     parts = name.split(".")
     if parts[0] in LAYER_LISTS:
         return ".".join(parts[:2])
-    return "lm_head" if parts[0] == "lm_head" and own_output else None
+    return "lm_head" if parts[0] == "lm_head" or output_weight else None
 
 
 def weight_files(model_dir: Path) -> tuple[Path, list[Path]]:
@@ -198,6 +198,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     destinations, unit_of, used, covered, output_rows = {}, {}, set(ignored), set(), None
     ours_parts = key_map(config)
     own_output = "lm_head.weight" in ours_parts  # untied: the output projection is filled on its own
+    output_weight = model.lm_head.weight.data_ptr()  # tied: the embeddings'
     for ours, parts in ours_parts.items():
         keys = []
         for alternatives in parts:
@@ -223,7 +224,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
             pieces = target.split(rows)  # a fused projection's parts: its rows, in order
         for key, piece in zip(keys, pieces):
             destinations[key] = piece, shapes[key][0]
-            unit_of[key] = whole_unit(ours, own_output)
+            unit_of[key] = whole_unit(ours, params[ours].data_ptr() == output_weight)
         covered.add(params[ours].data_ptr())
     unexpected = sorted(set(shapes) - used)
     if unexpected:
@@ -233,6 +234,8 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     missing = {name for name, _ in model.named_parameters()} - filled - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
     waiting = Counter(unit for unit in unit_of.values() if unit is not None)
+    if int8:  # the output projection first: its transient (int8 copies while packing) before the model is in
+        destinations = dict(sorted(destinations.items(), key=lambda item: unit_of[item[0]] != "lm_head"))
 
     def filled_one(key: str) -> None:
         unit = unit_of[key]
@@ -240,7 +243,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
             return
         waiting[unit] -= 1
         if waiting[unit] == 0 and unit == "lm_head":
-            model.lm_head = output_rows.linear(model.lm_head.bias)
+            model.lm_head = output_rows.linear(model.lm_head.bias) if own_output else quantize_in_blocks(model.lm_head)
         elif waiting[unit] == 0:
             quantize_linears(model.get_submodule(unit))
 
