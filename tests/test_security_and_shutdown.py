@@ -1,8 +1,11 @@
 """API keys on /v1 routes, keys never logged, and graceful shutdown that drains in-flight requests."""
 
+import ctypes
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from urllib.parse import urlsplit
@@ -10,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from server_process import Scrape, eventually, running_server
+from server_process import Scrape, eventually, free_port, running_server
 
 from server.api import create_app
 from server.runtime.local import LocalModels
@@ -18,6 +21,7 @@ from server.front.registry import ModelRegistry
 from server.settings import Settings
 
 KEY = "sk-test-5f1c9d"
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}  # the syscall that signals one thread of a process
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +123,30 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
     finally:
         release.set()
         models.close()
+
+
+def test_sigterm_stops_the_ray_server_whichever_thread_it_lands_on(tmp_path):
+    """`python -m server` (Ray Serve, the default) exits by itself on SIGTERM, Serve and Ray shut down, also when
+    the signal lands on another of its threads than the main one (Ray's threads do not block signals)."""
+    from loadtests.server import start_group, stop_group, wait_exited
+
+    port, log = free_port(), tmp_path / "server.log"
+    process = start_group([sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", str(port),
+                           "--key-store", str(tmp_path / "keys.sqlite")], log)
+    try:
+        ready = eventually(lambda: process.poll() is None and answers(f"http://127.0.0.1:{port}/readyz"), timeout=120)
+        assert ready, log.read_text()[-3000:]
+        thread = next(int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid)
+        libc = ctypes.CDLL(None, use_errno=True)  # to that thread, not the main one:
+        assert libc.syscall(SYS_TGKILL[os.uname().machine], process.pid, thread, signal.SIGTERM) == 0
+        assert wait_exited(process, 45), "still running 45 s after SIGTERM:\n" + log.read_text()[-3000:]
+        assert process.wait() == 0 and "shutting down" in log.read_text()
+    finally:
+        stop_group(process, timeout_s=5)
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
