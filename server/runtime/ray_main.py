@@ -154,7 +154,10 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         ready_after = wait_ready(url, 300)
         print(f"serving at {url} (ready {time.monotonic() - started:.1f} s after start, "
               f"{ready_after:.1f} s after deploy); Ctrl-C or SIGTERM stops", flush=True)
-        stop.wait()
+        # A timed wait: Python runs a signal's handler in the main thread, which a signal delivered to another
+        # thread (Ray's do not block signals) does not wake from a wait without a timeout.
+        while not stop.wait(0.5):
+            pass
         return 0
     finally:
         print("shutting down", flush=True)
