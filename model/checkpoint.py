@@ -186,9 +186,9 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
                  pack_tied_output: bool = True, int8: bool = False) -> Seq2SeqTransformer:
     """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
     projection with its own packed and transposed copies of the embedding matrix when pack_tied_output. int8 (a
-    float32 model on the CPU): each encoder and decoder layer quantized (model.quantize) as soon as its weights are
-    in, an untied output projection a block of rows at a time as they are read, so the float32 model never exists
-    whole; the caller quantizes what is left (a tied output projection)."""
+    float32 model on the CPU): the output projection first, a block of rows at a time (an untied one as its rows are
+    read, a tied one from the embeddings), then each encoder and decoder layer as soon as its weights are in
+    (model.quantize), so the float32 model never exists whole."""
     path, files = weight_files(model_dir)
     shapes = tensor_shapes(files)
     with without_random_init():

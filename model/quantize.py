@@ -6,8 +6,9 @@ scale per matrix would round its smallest part coarsely. Embeddings stay float; 
 output projection gets its own int8 copy of the tied weight. Each Linear is swapped for its int8 one in place, so its
 float weight is freed there: quantize_dynamic leaves every Linear it replaced in a reference cycle (its qconfig's
 observer factory closes over the module), alive until the next full garbage collection. The output projection (a
-vocabulary × d_model matrix) is quantized a block of rows at a time (Int8Rows): an untied one as the checkpoint is
-read, so its float32 matrix never exists whole; a tied one from the embeddings, which stay.
+vocabulary × d_model matrix) is quantized a block of rows at a time (Int8Rows), first in a load (load_network): an
+untied one as the checkpoint is read, so its float32 matrix never exists whole; a tied one from the embeddings,
+which stay.
 """
 
 from __future__ import annotations
@@ -81,12 +82,9 @@ def quantize_in_blocks(linear: nn.Linear, block_bytes: int = 16 * 2**20) -> Int8
 
 
 def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The model's Linear layers (those load_network has not quantized yet) as int8; an output projection tied to
-    the embeddings gets its own int8 copy, made a block of rows at a time."""
+    """The model's Linear layers (those load_network has not quantized yet) as int8."""
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
     use_onednn_linears(model, enable=False)  # int8 replaces plain nn.Linear modules only
-    if type(model.lm_head) is nn.Linear:
-        model.lm_head = quantize_in_blocks(model.lm_head)
     quantize_linears(model)
     return model
