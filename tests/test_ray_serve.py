@@ -202,9 +202,14 @@ def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_ur
         assert len(answers[0].json()["translations"]) == 8
 
 
-def test_compatible_apis_answer_under_serve(main_app):
-    """LibreTranslate and DeepL routes through the Serve ingress, below its route prefix (/main)."""
+def test_compatible_apis_and_the_page_answer_under_serve(main_app):
+    """LibreTranslate and DeepL routes and the web page through the Serve ingress, below its route prefix (/main):
+    the page names its assets relative to itself, so they load below the prefix too."""
     url, _ = main_app
+    page = httpx.get(f"{url}/", timeout=60)
+    assert page.headers["content-type"].startswith("text/html") and "<title>seq2seq-serve" in page.text
+    script = page.text.split('src="', 1)[1].split('"', 1)[0]  # ui/<version>/app.js
+    assert httpx.get(f"{url}/{script}", timeout=60).headers["content-type"].startswith("text/javascript")
     libre = httpx.post(f"{url}/translate", json={"q": ["forty-two"], "source": "auto", "target": "de"}, timeout=60)
     assert libre.json() == {"translatedText": ["zweiundvierzig"],
                             "detectedLanguage": [{"confidence": 100.0, "language": "en"}]}

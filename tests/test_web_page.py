@@ -5,6 +5,8 @@ the page loaded came from the server. One server and one browser for the module.
 
 from __future__ import annotations
 
+import base64
+import re
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -13,15 +15,24 @@ import httpx
 import pytest
 
 from loadtests.browser import chrome, missing
+from model import demo_model_dir
 from server_process import Scrape, eventually, running_server
 
 MAX_REQUEST_CHARS = 200  # small, so an over-long text is quick to type
 LONG_GENERATION = 500  # new tokens: long enough (about 2 s on 2 cores) to stop halfway
+MODELS = ("demo-numbers", "demo-numbers-b")
+RATE_LIMIT = 3  # requests a minute for the key of the keyed server
+# CSS pixels wide: a phone held upright; a 1280-pixel window at 200 % zoom (zoom divides the CSS width)
+NARROW_WIDTHS = (360, 640)
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server("--no-ray", "--max-request-chars", str(MAX_REQUEST_CHARS),
+def server(tmp_path_factory):
+    """Two names for the demo model, so the page has a model to choose for a pair."""
+    models = tmp_path_factory.mktemp("models")
+    for name in MODELS:
+        (models / name).symlink_to(demo_model_dir(), target_is_directory=True)
+    with running_server("--no-ray", "--model", str(models), "--max-request-chars", str(MAX_REQUEST_CHARS),
                         "--max-new-tokens", str(LONG_GENERATION)) as s:
         yield s
 
@@ -138,6 +149,95 @@ def test_ctrl_enter_translates_with_the_beam_alternatives(server, browser):
     assert shown == [a["text"] for a in expected["alternatives"]] and len(shown) == 2
 
 
+def test_a_model_is_chosen_where_two_serve_the_pair(server, browser):
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(server.url + "/?target=fr")
+    wait(browser, lambda: by_id(browser, "model-choice").is_displayed())
+    picker = Select(by_id(browser, "model"))
+    assert [o.get_attribute("value") for o in picker.options] == ["", *MODELS]
+    browser.execute_script("window.sent = []; const send = window.fetch;"  # what the page asks the API
+                           "window.fetch = (path, init) => { window.sent.push(init?.body); return send(path, init); }")
+    picker.select_by_value(MODELS[1])
+    by_id(browser, "text").send_keys("forty-two")
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == "quarante-deux")
+    assert '"model":"demo-numbers-b"' in browser.execute_script("return window.sent.at(-1)")
+    assert f"model={MODELS[1]}" in browser.current_url
+
+
+VISIBLE_CONTROLS = """return [...document.querySelectorAll('button, select, input, textarea, output, a, label')]
+  .filter((c) => c.getClientRects().length)
+  .map((c) => [c.id || c.name || c.textContent.trim(), c.getBoundingClientRect().left,
+               c.getBoundingClientRect().right]);"""
+
+
+@pytest.mark.parametrize("width", NARROW_WIDTHS)
+def test_the_page_reflows_on_a_phone_and_at_200_percent_zoom(server, browser, width):
+    """Nothing scrolls sideways and every control lies inside the window, in each view."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        for view in ("text", "files", "generate"):
+            browser.get(f"{server.url}/?view={view}&target=fr")
+            wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "fr")
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= width, view
+            outside = [c for c in browser.execute_script(VISIBLE_CONTROLS) if c[1] < 0 or c[2] > width]
+            assert outside == [], (view, outside)
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def press(browser, *keys) -> str:
+    """Keys sent to whatever has the focus; the id of what has it then."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).send_keys(*keys).perform()
+    return browser.execute_script("return document.activeElement.id")
+
+
+def focus_order(browser, presses: int) -> list[str]:
+    """The ids the Tab key moves through, from the top of the page."""
+    from selenium.webdriver.common.keys import Keys
+
+    browser.execute_script("document.activeElement.blur()")
+    return [press(browser, Keys.TAB) for _ in range(presses)]
+
+
+def tab_to(browser, id_: str) -> None:
+    """The focus moved to `id_` with Tab alone, from the top of the page."""
+    from selenium.webdriver.common.keys import Keys
+
+    browser.execute_script("document.activeElement.blur()")
+    for _ in range(30):
+        if press(browser, Keys.TAB) == id_:
+            return
+    raise AssertionError(f"Tab never reaches #{id_}")
+
+
+def test_the_page_works_by_keyboard_alone(server, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/?target=fr")
+    wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "fr")
+    assert {"tab-text", "tab-files", "tab-generate", "source", "swap", "target", "model", "text", "as-you-type",
+            "alternatives", "translate", "copy"} <= set(focus_order(browser, 20))
+    tab_to(browser, "text")
+    ActionChains(browser).send_keys("forty-two").key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL) \
+        .perform()
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == "quarante-deux")
+
+    # each view's tab opened with Enter; its controls reachable in turn
+    tab_to(browser, "tab-files")
+    press(browser, Keys.ENTER)
+    assert by_id(browser, "view-files").is_displayed() and not by_id(browser, "view-text").is_displayed()
+    assert {"file", "translate-file"} <= set(focus_order(browser, 12))
+    tab_to(browser, "tab-generate")
+    press(browser, Keys.ENTER)
+    assert by_id(browser, "view-generate").is_displayed()
+    assert {"gen-model", "prompt", "generate"} <= set(focus_order(browser, 20))
+
+
 def test_a_text_over_the_limit_shows_the_api_message(server, browser, clean_console):
     clean_console.add(422)
     text = "one " * (MAX_REQUEST_CHARS // 4) + "two"
@@ -151,11 +251,24 @@ def test_a_text_over_the_limit_shows_the_api_message(server, browser, clean_cons
     assert "over" in by_id(browser, "counter").get_attribute("class")
 
 
-def upload(server, browser, downloads: Path, path: Path) -> Path:
-    """`path` translated by the page into French: the file it downloads."""
+# A drop as Chromium delivers one: a DragEvent whose DataTransfer holds the file (selenium cannot drag from disk).
+DROP = """const [name, base64, zone] = arguments;
+const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+const dropped = new DataTransfer();
+dropped.items.add(new File([bytes], name));
+document.getElementById(zone).dispatchEvent(new DragEvent("drop", {dataTransfer: dropped, bubbles: true}));"""
+
+
+def upload(server, browser, downloads: Path, path: Path, dropped: bool = False) -> Path:
+    """`path` translated by the page into French, chosen in the file picker or dropped on the page: the file it
+    downloads."""
     browser.get(server.url + "/?view=files&target=fr")
     wait(browser, lambda: by_id(browser, "target").get_attribute("value") == "fr")
-    by_id(browser, "file").send_keys(str(path))
+    if dropped:
+        browser.execute_script(DROP, path.name, base64.b64encode(path.read_bytes()).decode(), "drop")
+        assert by_id(browser, "file-status").text == f"{path.name} chosen."
+    else:
+        by_id(browser, "file").send_keys(str(path))
     by_id(browser, "translate-file").click()
     link = by_id(browser, "download")
     wait(browser, link.is_displayed)
@@ -175,7 +288,7 @@ def test_a_txt_file_comes_back_translated(server, browser, downloads, tmp_path):
     assert saved.read_text(encoding="utf-8") == "quarante-deux\nsept cents\n"
 
 
-def test_a_docx_file_comes_back_translated(server, browser, downloads, tmp_path):
+def test_a_docx_file_dropped_on_the_page_comes_back_translated(server, browser, downloads, tmp_path):
     import docx
 
     path = tmp_path / "letter.docx"
@@ -184,7 +297,7 @@ def test_a_docx_file_comes_back_translated(server, browser, downloads, tmp_path)
     for text in sources:
         document.add_paragraph(text)
     document.save(path)
-    saved = upload(server, browser, downloads, path)
+    saved = upload(server, browser, downloads, path, dropped=True)
     expected = [t["text"] for t in translate(server, text=sources, target_lang="fr")["translations"]]
     assert [p.text for p in docx.Document(saved).paragraphs] == expected != sources
 
@@ -234,7 +347,8 @@ def test_a_generation_streams_and_the_stop_button_cancels_one(server, browser):
 
 def test_a_server_with_keys_asks_for_one(browser, clean_console):
     clean_console.add(401)
-    with running_server("--no-ray", env={"SERVER_API_KEYS": "page-key"}) as keyed:
+    with running_server("--no-ray", "--rate-limit-per-minute", str(RATE_LIMIT),
+                        env={"SERVER_API_KEYS": "page-key"}) as keyed:
         browser.get(keyed.url + "/")
         wait(browser, lambda: by_id(browser, "key-form").is_displayed())
         refused = httpx.get(keyed.url + "/v1/models", timeout=10).json()["error"]["message"]
@@ -245,6 +359,23 @@ def test_a_server_with_keys_asks_for_one(browser, clean_console):
         assert browser.execute_script("return localStorage.getItem('seq2seq-serve.api-key')") == "page-key"
         by_id(browser, "text").send_keys("forty-two")
         wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == "zweiundvierzig")
+
+        # past the key's requests a minute: the API's 429 message, and when to try again (its Retry-After)
+        clean_console.add(429)
+        answered = "return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/v1/translate')).length"
+        for _ in range(RATE_LIMIT + 1):
+            before = browser.execute_script(answered)
+            by_id(browser, "translate").click()
+            wait(browser, lambda: browser.execute_script(answered) > before)
+            if by_id(browser, "error").text:
+                break
+        wait(browser, lambda: by_id(browser, "error").text)
+        refused = httpx.post(keyed.url + "/v1/translate", headers={"Authorization": "Bearer page-key"},
+                             json={"text": "forty-two", "target_lang": "de"}, timeout=10)
+        assert refused.status_code == 429
+        shown = re.fullmatch(re.escape(refused.json()["error"]["message"]) + r" Try again in (\d+) s\.",
+                             by_id(browser, "error").text)
+        assert shown and 1 <= int(shown[1]) <= 60, by_id(browser, "error").text
 
 
 def test_the_page_is_cached_and_costs_the_engine_nothing(server):
