@@ -1,8 +1,10 @@
 """The GPU check's dry run: every step of `python -m loadtests.gpu_check` walked on the CPU with tiny shapes, so
-that on a GPU machine only CUDA can fail. The dry run (a minute and a half of processes of its own) starts when
-collection ends (conftest), beside the tests before this module, rather than holding the suite for that long."""
+that on a GPU machine only CUDA can fail; its serve step is also the load-test runner's test from end to end. The
+dry run (a minute and a half of processes of its own) starts when collection ends (conftest), beside the tests
+before this module, rather than holding the suite for that long."""
 
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -36,6 +38,7 @@ class DryRun:
         port = free_port()
         while not free_port_at(port + 1):  # two free ports in a row: the locust run's server and bench_serving's
             port = free_port()
+        self.port = port
         command = [sys.executable, "-m", "loadtests.gpu_check", "--dry-run", "--out", str(self.out / "run"),
                    "--port", str(port)]
         with open(self.out / "stdout", "w") as stdout, open(self.out / "stderr", "w") as stderr:
@@ -58,7 +61,7 @@ class DryRun:
 def dry_run():
     run = DryRun.started or DryRun()
     try:
-        yield run.finish(), run.out / "run"
+        yield run.finish(), run.out / "run", run.port
     finally:
         run.stop()
 
@@ -73,7 +76,7 @@ def free_port_at(port: int) -> bool:
 
 
 def test_every_step_passes_on_the_cpu(dry_run):
-    done, out = dry_run
+    done, out, _ = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["dry_run"] is True
@@ -91,7 +94,7 @@ def test_every_step_passes_on_the_cpu(dry_run):
 
 
 def test_the_bench_tables_and_targets_come_from_the_measurements(dry_run):
-    _, out = dry_run
+    _, out, _ = dry_run
     report = json.loads((out / "report.json").read_text())
     for shape in ("opus-mt-en-de", "nllb-600m"):
         bench = report["bench"][shape]
@@ -108,6 +111,28 @@ def test_the_bench_tables_and_targets_come_from_the_measurements(dry_run):
     assert len(quality) == 2 and all(t["met"] for t in quality)  # bfloat16 = float32 on the demo, greedy and beam 2
     floors = [t for t in report["targets"] if "floor" in t["target"]]
     assert len(floors) == 2
+
+
+def test_the_load_run_went_through_the_runner_against_ray_serve(dry_run):
+    """The serve step's locust run: `python -m loadtests.run --start-server` started `python -m server` (Ray Serve,
+    the default), ran locust headless against it with no failure, wrote every output, and stopped the server."""
+    _, out, port = dry_run
+    locust = out / "locust"
+    for name in ("locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv", "report.html",
+                 "chart.png", "locust.json", "server.log"):
+        assert (locust / name).stat().st_size > 0, name
+    assert "Started Serve" in (locust / "server.log").read_text()
+    entries = json.loads((locust / "locust.json").read_text())
+    assert sum(e["num_requests"] for e in entries if e["method"] != "SSE") > 0
+    assert sum(e["num_failures"] for e in entries) == 0
+    with open(locust / "locust_failures.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == []
+    names = {e["name"] for e in entries}
+    assert {"/v1/translate", "/v1/generate [stream]", "ttft", "/readyz"} <= names, names
+    report = json.loads((out / "report.json").read_text())
+    runner = next(c for s in report["steps"] for c in s["commands"] if c["label"] == "locust")
+    assert "ttft p95" in runner["stdout"]
+    assert free_port_at(port), "the server is still running"
 
 
 def test_refuses_unknown_steps_and_a_missing_gpu(tmp_path):
