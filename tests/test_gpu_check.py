@@ -42,8 +42,8 @@ class DryRun:
         command = [sys.executable, "-m", "loadtests.gpu_check", "--dry-run", "--out", str(self.out / "run"),
                    "--port", str(port)]
         with open(self.out / "stdout", "w") as stdout, open(self.out / "stderr", "w") as stderr:
-            # Its OpenMP threads sleep when idle: spinning ones (the default), beside the tests' own, slowed the
-            # tests it overlaps about threefold on 2 cores, and nothing was gained by running it alongside.
+            # Its OpenMP threads sleep when idle: spinning ones (the default) beside the tests' own slowed the
+            # tests it overlaps about threefold on 2 cores, so that running it alongside gained nothing.
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr, text=True,
                                             env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
                                             start_new_session=True)  # its group: every process it starts
