@@ -8,7 +8,8 @@ float weight is freed there: quantize_dynamic leaves every Linear it replaced in
 observer factory closes over the module), alive until the next full garbage collection. The output projection (a
 vocabulary × d_model matrix) is quantized a block of rows at a time (Int8Rows), first in a load (load_network): an
 untied one as the checkpoint is read, so its float32 matrix never exists whole; a tied one from the embeddings,
-which stay.
+which stay. The output projection is then packed twice (Int8Output): torch's x86 engine (fbgemm's kernel) for a
+few rows, oneDNN's for many.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from .cpu_kernels import use_onednn_linears
 from .cpu_memory import release_freed_memory
+from .layers import fixed_in_trace
 from .transformer import Seq2SeqTransformer
+
+# From this many rows on, the int8 output projection multiplies through oneDNN's kernel: on NLLB's 256,206 × 1,024
+# matrix it takes 141 ms at 128 rows to fbgemm's 182, and twice fbgemm's time at 1 to 4 rows (even at 32).
+WIDE_ROWS = 64
 
 
 def quantize_linears(module: nn.Module) -> None:
@@ -81,10 +87,37 @@ def quantize_in_blocks(linear: nn.Linear, block_bytes: int = 16 * 2**20) -> Int8
     return rows.linear(None if linear.bias is None else linear.bias.detach())
 
 
+class Int8Output(nn.Module):
+    """The int8 output projection packed for two kernels, the same int8 weight and scales: `narrow` (torch's
+    default x86 engine) below WIDE_ROWS rows, `wide` (oneDNN) from there on (a choice per trace: fixed_in_trace).
+    The second packing costs vocabulary × d_model bytes."""
+
+    def __init__(self, narrow: Int8Linear):
+        super().__init__()
+        self.narrow = narrow
+        weight, bias = narrow._weight_bias()
+        engine = torch.backends.quantized.engine
+        torch.backends.quantized.engine = "onednn"  # a Linear's packing follows the engine set when it is made
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.wide = Int8Linear(narrow.in_features, narrow.out_features, dtype=torch.qint8)
+                self.wide.set_weight_bias(weight, bias)
+        finally:
+            torch.backends.quantized.engine = engine
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = fixed_in_trace(x.numel() // x.shape[-1]) >= WIDE_ROWS
+        return self.wide(x) if wide else self.narrow(x)
+
+
 def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The model's Linear layers (those load_network has not quantized yet) as int8."""
+    """The model's Linear layers (those load_network has not quantized yet) as int8, the output projection packed
+    for few rows and for many (Int8Output)."""
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
     use_onednn_linears(model, enable=False)  # int8 replaces plain nn.Linear modules only
     quantize_linears(model)
+    if isinstance(model.lm_head, Int8Linear):
+        model.lm_head = Int8Output(model.lm_head)
     return model

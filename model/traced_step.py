@@ -10,7 +10,8 @@ A trace records the operators of one run and keeps the sizes symbolic. The stack
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
 the padding of products over one or two rows (cpu_kernels.padded) and the output projection's one-row product, so
 one trace per choice serves every shape: a float32 model's decoder step gets four (one row, two, fewer than
-MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one two. Tracing fails on the tracer's warning
+MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one three (the third from
+quantize.WIDE_ROWS rows, its output projection's oneDNN packing). Tracing fails on the tracer's warning
 that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
 
 The traces share the network's weights (the graphs and TorchScript itself take tens of MB more resident memory);
@@ -29,6 +30,7 @@ import torch
 
 from .cpu_kernels import PADDED_ROWS, OneDNNLinear, padded
 from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
+from .quantize import WIDE_ROWS, Int8Output
 from .transformer import Seq2SeqTransformer
 
 
@@ -39,20 +41,23 @@ class Traced:
     def __init__(self, network: Seq2SeqTransformer):
         self.network = network
         self.pads = any(isinstance(module, OneDNNLinear) for module in network.modules())  # padded products
-        self.traces: dict[tuple[bool, int], torch.jit.ScriptModule] = {}  # a decoder step's _branches → its trace
-        # one step of each kind: padded (2, 1), the fewest rows neither padded nor attending by matmul, by matmul
-        for rows in (2, 1, PADDED_ROWS + 1, MATMUL_ATTENTION_MIN_ROWS):
+        self.wide_output = isinstance(network.lm_head, Int8Output)
+        self.traces: dict[tuple[bool, int, bool], torch.jit.ScriptModule] = {}  # a step's _branches → its trace
+        # one step of each kind: padded (2, 1), the fewest rows neither padded nor attending by matmul, by matmul,
+        # with an int8 output projection's wide packing
+        for rows in (2, 1, PADDED_ROWS + 1, MATMUL_ATTENTION_MIN_ROWS, WIDE_ROWS):
             key = self._branches(rows)
             if key not in self.traces:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
         self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks (6 rows)
 
-    def _branches(self, rows: int) -> tuple[bool, int]:
-        """(attention through matmuls, the rows its products are padded from, 0 for none) of a decoder step of
-        `rows` rows. One row is always its own key where products are padded: it is also where an output
-        projection with a row_copy takes one_row_product (a row copy exists only on a OneDNNLinear)."""
+    def _branches(self, rows: int) -> tuple[bool, int, bool]:
+        """(attention through matmuls, the rows its products are padded from, 0 for none, an int8 output projection
+        through its wide packing) of a decoder step of `rows` rows. One row is always its own key where products
+        are padded: it is also where an output projection with a row_copy takes one_row_product (a row copy exists
+        only on a OneDNNLinear)."""
         matmul = attends_by_matmul(rows, 1, self.network.dtype, self.network.device)
-        return matmul, rows if self.pads and padded(rows) else 0
+        return matmul, rows if self.pads and padded(rows) else 0, self.wide_output and rows >= WIDE_ROWS
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
         return self.traces[self._branches(x.shape[0])].decoder_stack(x, *inputs)

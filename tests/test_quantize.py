@@ -8,7 +8,7 @@ from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from model import load
-from model.quantize import Int8Rows
+from model.quantize import WIDE_ROWS, Int8Output, Int8Rows
 
 
 def whole_matrix(weight: torch.Tensor, bias: torch.Tensor) -> Int8Linear:
@@ -40,11 +40,26 @@ def test_untied_output_projection_loads_as_its_whole_matrix_quantized(checkpoint
     path = checkpoints["gelu-untied"]
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         weight, bias = f.get_tensor("lm_head.weight"), f.get_tensor("final_logits_bias")[0]
-    assert_same_int8(load(path, dtype="int8", traced=False).network.lm_head, whole_matrix(weight, bias))
+    output = load(path, dtype="int8", traced=False).network.lm_head
+    for packing in (output.narrow, output.wide):
+        assert_same_int8(packing, whole_matrix(weight, bias))
 
 
 def test_tied_output_projection_quantizes_as_the_whole_embedding_matrix(checkpoint):
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
         bias = f.get_tensor("final_logits_bias")[0]
     network = load(checkpoint, dtype="int8", traced=False).network
-    assert_same_int8(network.lm_head, whole_matrix(network.decoder_embed.weight.detach().clone(), bias))
+    for packing in (network.lm_head.narrow, network.lm_head.wide):
+        assert_same_int8(packing, whole_matrix(network.decoder_embed.weight.detach().clone(), bias))
+
+
+def test_the_output_projection_takes_onednns_packing_from_wide_rows_on(checkpoint):
+    """Both packings hold the same int8 weight; below WIDE_ROWS rows the x86 engine's multiplies, from there on
+    oneDNN's, and the two agree to float32 rounding."""
+    output = load(checkpoint, dtype="int8", traced=False).network.lm_head
+    assert isinstance(output, Int8Output)
+    generator = torch.Generator().manual_seed(0)
+    for rows, chosen in ((WIDE_ROWS - 1, output.narrow), (WIDE_ROWS, output.wide), (3 * WIDE_ROWS, output.wide)):
+        x = torch.randn(rows, output.narrow.in_features, generator=generator)
+        assert torch.equal(output(x), chosen(x))
+        torch.testing.assert_close(output.wide(x), output.narrow(x), atol=1e-5, rtol=1e-5)

@@ -1,12 +1,14 @@
 """The traced stacks (model.traced_step) against the eager network of the same checkpoint, every family, float32
 and int8: encoder passes, cross-attention keys and values and decoder steps bit-identical, at row counts on both
-sides of attention's kernel choice and at growing target lengths; a trace that would keep a shape fixed fails."""
+sides of attention's kernel choice (and of the int8 output projection's) and at growing target lengths; a trace
+that would keep a shape fixed fails."""
 
 import pytest
 import torch
 
 from model import load
 from model.layers import MATMUL_ATTENTION_MIN_ROWS
+from model.quantize import WIDE_ROWS
 from model.traced_step import trace_stacks
 from model.transformer import Seq2SeqTransformer
 from server.runtime.process import load_weights
@@ -36,8 +38,9 @@ def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int
     return [torch.randint(low, high, (n,), generator=generator).tolist() + [eos] for n in lengths]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows", [1, 2, 3, MATMUL_ATTENTION_MIN_ROWS + 2])
+@pytest.mark.parametrize("dtype,rows", [(dtype, rows) for dtype in DTYPES
+                                        for rows in (1, 2, 3, MATMUL_ATTENTION_MIN_ROWS + 2)]
+                         + [("int8", WIDE_ROWS + 1)])  # the int8 output projection's oneDNN packing
 def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows):
     traced, eager = networks[dtype]
     assert traced.traced is not None and eager.traced is None
