@@ -27,7 +27,7 @@ from .layers import fixed_in_trace
 from .transformer import Seq2SeqTransformer
 
 # From this many rows on, the int8 output projection multiplies through oneDNN's kernel: on NLLB's 256,206 × 1,024
-# matrix it takes 141 ms at 128 rows to fbgemm's 182, and twice fbgemm's time at 1 to 4 rows (even at 32).
+# matrix it takes 141 ms at 128 rows to fbgemm's 182, about as long at 32, and twice fbgemm's time at 1 to 4 rows.
 WIDE_ROWS = 64
 
 
