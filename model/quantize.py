@@ -8,8 +8,8 @@ float weight is freed there: quantize_dynamic leaves every Linear it replaced in
 observer factory closes over the module), alive until the next full garbage collection. The output projection (a
 vocabulary × d_model matrix) is quantized a block of rows at a time (Int8Rows), first in a load (load_network): an
 untied one as the checkpoint is read, so its float32 matrix never exists whole; a tied one from the embeddings,
-which stay. The output projection is then packed twice (Int8Output): torch's x86 engine (fbgemm's kernel) for a
-few rows, oneDNN's for many.
+which stay; then it is packed twice (Int8Output): torch's x86 engine (fbgemm's kernel) for a few rows, oneDNN's for
+many.
 """
 
 from __future__ import annotations
@@ -112,12 +112,9 @@ class Int8Output(nn.Module):
 
 
 def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The model's Linear layers (those load_network has not quantized yet) as int8, the output projection packed
-    for few rows and for many (Int8Output)."""
+    """The model's Linear layers (those load_network has not quantized yet) as int8."""
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
     use_onednn_linears(model, enable=False)  # int8 replaces plain nn.Linear modules only
     quantize_linears(model)
-    if isinstance(model.lm_head, Int8Linear):
-        model.lm_head = Int8Output(model.lm_head)
     return model

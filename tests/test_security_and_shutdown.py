@@ -128,14 +128,13 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
 def test_sigterm_stops_the_ray_server_whichever_thread_it_lands_on(tmp_path):
     """`python -m server` (Ray Serve, the default) exits by itself on SIGTERM, Serve and Ray shut down, also when
     the signal lands on another of its threads than the main one (Ray's threads do not block signals)."""
-    from loadtests.server import start_group, stop_group, wait_exited
+    from loadtests.server import start_group, stop_group, wait_exited, wait_ready
 
     port, log = free_port(), tmp_path / "server.log"
     process = start_group([sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", str(port),
                            "--key-store", str(tmp_path / "keys.sqlite")], log)
     try:
-        ready = eventually(lambda: process.poll() is None and answers(f"http://127.0.0.1:{port}/readyz"), timeout=120)
-        assert ready, log.read_text()[-3000:]
+        wait_ready(f"http://127.0.0.1:{port}", process, log, timeout_s=120)
         thread = next(int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid)
         libc = ctypes.CDLL(None, use_errno=True)  # to that thread, not the main one:
         assert libc.syscall(SYS_TGKILL[os.uname().machine], process.pid, thread, signal.SIGTERM) == 0
@@ -143,10 +142,3 @@ def test_sigterm_stops_the_ray_server_whichever_thread_it_lands_on(tmp_path):
         assert process.wait() == 0 and "shutting down" in log.read_text()
     finally:
         stop_group(process, timeout_s=5)
-
-
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
