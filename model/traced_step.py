@@ -56,7 +56,8 @@ class Traced:
         through its wide packing) of a decoder step of `rows` rows. One row is always its own key where products
         are padded: it is also where an output projection with a row_copy takes one_row_product (a row copy exists
         only on a OneDNNLinear)."""
-        matmul = attends_by_matmul(rows, 1, self.network.dtype, self.network.device)
+        # a step attends over its cache in the cache's dtype (float32 under bfloat16 on the CPU)
+        matmul = attends_by_matmul(rows, 1, self.network.cache_dtype, self.network.device)
         return matmul, rows if self.pads and padded(rows) else 0, self.wide_output and rows >= WIDE_ROWS
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:

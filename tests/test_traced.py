@@ -3,6 +3,8 @@ and int8: encoder passes, cross-attention keys and values and decoder steps bit-
 sides of attention's kernel choice (and of the int8 output projection's) and at growing target lengths; a trace
 that would keep a shape fixed fails."""
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -65,6 +67,25 @@ def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows
                       for network, cache in zip((traced, eager), caches)]
             assert torch.equal(logits[0], logits[1]), f"step {step}"
             tokens = logits[0].argmax(-1)
+
+
+def attention_kernels(network: Seq2SeqTransformer, rows: int) -> Counter:
+    """How many times a decoder step of `rows` rows called each of attention's two kernels."""
+    cache = network.new_cache(rows, max_target_len=4, max_source_len=5)
+    tokens, positions = torch.full((rows,), network.config.decoder_start_token_id), torch.full((rows,), 2)
+    with torch.inference_mode(), torch.profiler.profile() as profile:
+        network.decode_step(cache, tokens, positions, target_len=3, source_len=5)
+    return Counter(event.name for event in profile.events()
+                   if event.name in ("aten::scaled_dot_product_attention", "aten::matmul"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_traced_step_attends_through_the_kernels_eager_code_chooses(networks, dtype):
+    """Each row count runs the trace recorded with eager code's choice of attention kernel. The decoding test
+    above sees a wrong choice only where the kernels' float32 results round to different bfloat16 numbers."""
+    traced, eager = networks[dtype]
+    for rows in (1, 2, 3, MATMUL_ATTENTION_MIN_ROWS, WIDE_ROWS + 1):
+        assert attention_kernels(traced, rows) == attention_kernels(eager, rows), f"{rows} rows"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
