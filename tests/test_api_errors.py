@@ -77,6 +77,13 @@ def test_generate_rejections(client, body, field):
     assert error_of(client.post("/v1/generate", json=body), 422)["field"] == field
 
 
+@pytest.mark.parametrize("min_new_tokens", [41, 2**63])  # 2**63: past the engine's int64 (found by the fuzz test)
+def test_min_new_tokens_above_the_token_limit_is_refused(client, min_new_tokens):
+    error = error_of(client.post("/v1/generate", json={"text": "a", "min_new_tokens": min_new_tokens}), 422)
+    assert (error["field"], error["limit"]) == ("min_new_tokens", 40)
+    assert client.post("/v1/generate", json={"text": "a", "min_new_tokens": 40}).status_code == 200
+
+
 def test_invalid_json_utf8_and_size(client):
     headers = {"content-type": "application/json"}
     assert error_of(client.post("/v1/translate", content=b'{"text": "a"', headers=headers), 400)["field"] == "body"

@@ -60,6 +60,9 @@ class ModelService:
         if options.max_new_tokens is not None and options.max_new_tokens > s.max_new_tokens:
             raise InvalidRequest(f"{tokens_field} {options.max_new_tokens} is above the limit {s.max_new_tokens}",
                                  field=tokens_field, limit=s.max_new_tokens)
+        if options.min_new_tokens is not None and options.min_new_tokens > s.max_new_tokens:
+            raise InvalidRequest(f"min_new_tokens {options.min_new_tokens} is above the limit {s.max_new_tokens}",
+                                 field="min_new_tokens", limit=s.max_new_tokens)
         if options.num_beams is not None and options.num_beams > s.beam_limit:
             raise InvalidRequest(f"{beams_field} {options.num_beams} is above the limit {s.beam_limit}",
                                  field=beams_field, limit=s.beam_limit)
