@@ -5,6 +5,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model import Translator, detect_language
+from model.text.detect import _full_model
 from server.front import dispatch
 from server.api import create_app
 from server.runtime.local import LocalModels
@@ -35,6 +36,14 @@ def served(checkpoint, family_checkpoints):
     with TestClient(create_app(models, SETTINGS)) as client:
         yield client, models, checkpoint.name, family_checkpoints["nllb"]
     models.close()
+
+
+def test_an_app_reads_the_detection_model_as_it_starts(served):
+    """Not the first request that detects, on the event loop, holding up every other request meanwhile."""
+    _, models, _, _ = served
+    _full_model.cache_clear()
+    with TestClient(create_app(models, SETTINGS)):
+        assert _full_model.cache_info().currsize == 1
 
 
 def test_detect_ranks_the_served_source_languages(served):

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BadBody, ServerError
-from ..front import ModelProvider
+from ..front import ModelProvider, dispatch
 from ..keystore import KeyStore
 from ..settings import Settings
 from . import deepl, libretranslate, native, openai, page
@@ -55,6 +55,7 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.router.add_api_route("/metrics", metrics, methods=["GET"])
     if settings.ui:
         page.add_routes(app)
+    app.router.on_startup.append(dispatch.load_detection)
     paths = {route.path for route in app.routes}
     return app
 

@@ -48,6 +48,12 @@ def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:
     return detectable(lang.code for info in candidates for lang in info.source_languages)
 
 
+def load_detection() -> None:
+    """Reads py3langid's model now (about half a second): otherwise the first request that detects reads it, on
+    the event loop, and holds up every other request meanwhile. An app's start-up calls it."""
+    detectable(())
+
+
 def _ranked(text: str, languages: tuple[str, ...]) -> list[DetectedLanguage]:
     return [DetectedLanguage(lang, confidence) for lang, confidence in detect_language(text, languages)]
 
