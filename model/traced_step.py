@@ -9,8 +9,8 @@ process's pipe threads, an event loop) makes the step wait at each of them; a tr
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
 count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
 the padding of products over one or two rows (cpu_kernels.padded) and the output projection's one-row product, so
-one trace per choice serves every shape: a float32 or bfloat16 model's decoder step gets four (one row, two, fewer than
-MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one three (the third from
+one trace per choice serves every shape: a float32 or bfloat16 model's decoder step gets four (one row, two, fewer
+than MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one three (the third from
 quantize.WIDE_ROWS rows, its output projection's oneDNN packing). Tracing fails on the tracer's warning
 that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
 

@@ -49,8 +49,8 @@ def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:
 
 
 def load_detection() -> None:
-    """Reads py3langid's model now (about half a second): otherwise the first request that detects reads it, on
-    the event loop, and holds up every other request meanwhile. An app's start-up calls it."""
+    """Reads py3langid's model now: otherwise the first request that detects reads it, on the event loop, and
+    holds up every other request meanwhile. An app's start-up calls it."""
     detectable(())
 
 
