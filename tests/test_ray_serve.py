@@ -74,13 +74,12 @@ def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build
     """A Serve application at /name for one test; deleted afterwards so its replicas free their CPUs."""
     from ray import serve
 
-    from server.runtime.deployment import build
+    from server.runtime.deployment import build, deploy
     from server.front.registry import ModelRegistry
 
     if "max_models_per_replica" in build_kwargs:  # a setting
         settings = replace(settings, max_models_per_replica=build_kwargs.pop("max_models_per_replica"))
-    app = build(settings, ModelRegistry.from_paths(paths), **build_kwargs)
-    serve.run(app, name=name, route_prefix=f"/{name}")
+    deploy(build(settings, ModelRegistry.from_paths(paths), **build_kwargs), name, route_prefix=f"/{name}")
     try:
         yield serve.get_deployment_handle("ModelServer", app_name=name)
     finally:

@@ -25,7 +25,7 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from server.runtime.deployment import build  # noqa: E402
+from server.runtime.deployment import build, deploy  # noqa: E402
 from server.front.registry import ModelRegistry  # noqa: E402
 from server.keystore import KeyStore  # noqa: E402
 from server.runtime.cluster_keys import NAMESPACE  # noqa: E402
@@ -45,7 +45,7 @@ def main() -> None:
         settings = Settings(dtype="float32", max_batch_rows=8, replica_http=True, port=free_port(),
                             api_keys=("open-key",), key_store=str(store))
         app = build(settings, ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
-        serve.run(app, name="two-nodes", route_prefix="/")
+        deploy(app, "two-nodes", route_prefix="/")
         handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
         replicas = {(r := handle.describe.remote().result())["node"]: r["pid"] for _ in range(40)}
         print(f"nodes with replicas: {len(replicas)}", flush=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -59,8 +60,11 @@ class LoadedModel:
 
 def model_server_class(max_models_per_replica: int):
     """The deployment's class; Serve's multiplexer takes its model count when the class is made."""
+    # Serve's graceful shutdown sleeps one wait loop before it first looks for ongoing requests (2 s by default),
+    # so every stop, redeploy or replica replacement paid 2 s; __del__ drains this replica's own HTTP server.
     @serve.deployment(name="ModelServer", max_ongoing_requests=256, health_check_period_s=5,
-                      health_check_timeout_s=10, ray_actor_options={"num_cpus": 1})
+                      health_check_timeout_s=10, graceful_shutdown_wait_loop_s=0.25,
+                      ray_actor_options={"num_cpus": 1})
     @serve.ingress()
     class ModelServer:
         def __init__(self, settings: Settings, registry: ModelRegistry):
@@ -247,6 +251,17 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
     )
     return model_server.bind(settings, registry)
+
+
+def deploy(app: serve.Application, name: str, route_prefix: str | None, poll_s: float = 0.1) -> DeploymentHandle:
+    """serve.run(app, name=..., route_prefix=...), returning once the application runs, as that does, but looking
+    every `poll_s` rather than every second. Raises RuntimeError with Serve's message if the deployment fails."""
+    serve.run_many([serve.RunTarget(app, name=name, route_prefix=route_prefix)], wait_for_applications_running=False)
+    while (status := serve.status().applications[name]).status != "RUNNING":
+        if status.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"deploying {name} failed: {status.message}")
+        time.sleep(poll_s)
+    return serve.get_app_handle(name)
 
 
 def build_app(args: dict):

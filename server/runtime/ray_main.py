@@ -138,7 +138,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         start_ray(args.ray_address, metrics_dir)
         from ray import serve
 
-        from .deployment import build
+        from .deployment import build, deploy
 
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -149,7 +149,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         gpu = gpus_available() and settings.device in ("auto", "cuda")
         app = build(settings, registry, args.replicas, num_cpus=args.replica_cpus,
                     num_gpus=args.replica_gpus if gpu else 0)
-        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        deploy(app, APP_NAME, route_prefix="/")
         url = f"http://{settings.host}:{settings.port}"
         ready_after = wait_ready(url, 300)
         print(f"serving at {url} (ready {time.monotonic() - started:.1f} s after start, "
