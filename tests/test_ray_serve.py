@@ -126,6 +126,25 @@ def test_text_to_text_families_side_by_side(serve_url, text2text_checkpoints):
             assert response.json()["text"] == alone.text
 
 
+def test_deploy_raises_the_replicas_error_when_the_application_fails(serve_url):
+    """deploy() (what python -m server and these tests start applications with) returns once the application
+    runs and, for one whose replicas cannot start, raises with the replica's error instead of waiting on."""
+    from ray import serve
+
+    from server.runtime.deployment import deploy
+
+    @serve.deployment(max_constructor_retry_count=1)
+    class Broken:
+        def __init__(self):
+            raise ValueError("no such model: nowhere")
+
+    try:
+        with pytest.raises(RuntimeError, match="no such model: nowhere"):
+            deploy(Broken.bind(), "broken", route_prefix="/broken")
+    finally:
+        serve.delete("broken")
+
+
 def test_two_replicas_both_serve(main_app):
     url, handle = main_app
     results = [translate(url, text=f"one hundred and {n}", target_lang="de") for n in ("one", "two", "three")]

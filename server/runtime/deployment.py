@@ -255,11 +255,13 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
 
 def deploy(app: serve.Application, name: str, route_prefix: str | None, poll_s: float = 0.1) -> DeploymentHandle:
     """serve.run(app, name=..., route_prefix=...), returning once the application runs, as that does, but looking
-    every `poll_s` rather than every second. Raises RuntimeError with Serve's message if the deployment fails."""
+    every `poll_s` rather than every second. Raises RuntimeError if the deployment fails, with each failed
+    deployment's message (a replica's constructor's error) where serve.run gives only the application's."""
     serve.run_many([serve.RunTarget(app, name=name, route_prefix=route_prefix)], wait_for_applications_running=False)
     while (status := serve.status().applications[name]).status != "RUNNING":
         if status.status == "DEPLOY_FAILED":
-            raise RuntimeError(f"deploying {name} failed: {status.message}")
+            failed = [f"{deployment}: {d.message}" for deployment, d in status.deployments.items() if d.message]
+            raise RuntimeError("; ".join([f"deploying {name} failed: {status.message}", *failed]))
         time.sleep(poll_s)
     return serve.get_app_handle(name)
 
