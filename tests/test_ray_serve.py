@@ -79,9 +79,9 @@ def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build
 
     if "max_models_per_replica" in build_kwargs:  # a setting
         settings = replace(settings, max_models_per_replica=build_kwargs.pop("max_models_per_replica"))
-    deploy(build(settings, ModelRegistry.from_paths(paths), **build_kwargs), name, route_prefix=f"/{name}")
+    handle = deploy(build(settings, ModelRegistry.from_paths(paths), **build_kwargs), name, route_prefix=f"/{name}")
     try:
-        yield serve.get_deployment_handle("ModelServer", app_name=name)
+        yield handle
     finally:
         serve.delete(name)
 

@@ -45,8 +45,7 @@ def main() -> None:
         settings = Settings(dtype="float32", max_batch_rows=8, replica_http=True, port=free_port(),
                             api_keys=("open-key",), key_store=str(store))
         app = build(settings, ModelRegistry.from_paths(None), replicas=2, num_cpus=1)
-        deploy(app, "two-nodes", route_prefix="/")
-        handle = serve.get_deployment_handle("ModelServer", app_name="two-nodes")
+        handle = deploy(app, "two-nodes", route_prefix="/")
         replicas = {(r := handle.describe.remote().result())["node"]: r["pid"] for _ in range(40)}
         print(f"nodes with replicas: {len(replicas)}", flush=True)
         url = f"http://127.0.0.1:{settings.port}"

@@ -256,7 +256,8 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
 def deploy(app: serve.Application, name: str, route_prefix: str | None, poll_s: float = 0.1) -> DeploymentHandle:
     """serve.run(app, name=..., route_prefix=...), returning once the application runs, as that does, but looking
     every `poll_s` rather than every second. Raises RuntimeError if the deployment fails, with each failed
-    deployment's message (a replica's constructor's error) where serve.run gives only the application's."""
+    deployment's message (a replica's constructor's error) where serve.run gives only the application's.
+    → a handle to the application's ingress deployment (ModelServer for build()'s)."""
     serve.run_many([serve.RunTarget(app, name=name, route_prefix=route_prefix)], wait_for_applications_running=False)
     while (status := serve.status().applications[name]).status != "RUNNING":
         if status.status == "DEPLOY_FAILED":
