@@ -229,3 +229,112 @@ def test_schema_limits_follow_the_settings(checkpoint):
             assert schema["text"]["anyOf"][1]["maxItems"] == 100
     finally:
         models.close()
+
+
+# Every request limit, as each API answers it: the status and the whole body, pinned (the front checks each limit
+# once; each API words it in its own error table).
+LIMITED = Settings(dtype="float32", max_texts=3, max_request_chars=60, max_document_chars=40, max_generate_chars=30,
+                   max_beams=4, max_batch_rows=16, max_new_tokens=20, max_request_units=5, max_input_tokens=32)
+MODEL = "shared-swish-safetensors"
+LT = {"source": "en", "target": "de"}
+SIX_LINES = "a\nb\nc\nd\ne\nf"
+TWO_PARAGRAPHS = b"a" * 30 + b"\n\n" + b"b" * 31
+
+
+def native(message, field, limit):
+    return {"error": {"code": "invalid_request", "message": message, "field": field, "limit": limit}}
+
+
+def openai_error(message, param):
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": "invalid_request"}}
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture(scope="module")
+def limited(checkpoint):
+    with in_process_client(LIMITED, [str(checkpoint)]) as c:
+        yield c
+
+
+@pytest.mark.parametrize("path,request_kwargs,status,body", [
+    # native
+    ("/v1/translate", dict(json={"text": ["a"] * 4}), 422,
+     native("text: List should have at most 3 items after validation, not 4", "text", 3)),
+    ("/v1/translate", dict(json={"text": ["a" * 30, "b" * 31]}), 422,
+     native("text: the request has 61 characters; at most 60", "text", 60)),
+    ("/v1/translate", dict(json={"text": "a" * 41}), 422,
+     native("text[0]: String should have at most 40 characters", "text[0]", 40)),
+    ("/v1/translate", dict(json={"text": SIX_LINES}), 422,
+     native("text: the request has 6 sentences to translate; at most 5", "text", 5)),
+    ("/v1/translate", dict(json={"text": "a", "beam_size": 5}), 422,
+     native("beam_size: Input should be less than or equal to 4", "beam_size", 4)),
+    ("/v1/translate", dict(json={"text": "a", "max_new_tokens": 21}), 422,
+     native("max_new_tokens 21 is above the limit 20", "max_new_tokens", 20)),
+    ("/v1/translate/file", dict(files={"file": ("a.txt", TWO_PARAGRAPHS)}), 422,
+     native("file: the request has 63 characters; at most 60", "file", 60)),
+    ("/v1/translate/file", dict(files={"file": ("a.txt", b"a" * 41)}), 422,
+     native("file[0] has 41 characters; at most 40", "file[0]", 40)),
+    ("/v1/translate/file", dict(files={"file": ("a.txt", SIX_LINES.encode())}), 422,
+     native("file: the request has 6 sentences to translate; at most 5", "file", 5)),
+    ("/v1/generate", dict(json={"text": "a" * 31}), 422,
+     native("text: String should have at most 30 characters", "text", 30)),
+    ("/v1/generate", dict(json={"text": "a", "num_beams": 5}), 422,
+     native("num_beams: Input should be less than or equal to 4", "num_beams", 4)),
+    ("/v1/generate", dict(json={"text": "a", "num_beams": 3, "temperature": 0.7}), 422,
+     native("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam", "num_beams", 1)),
+    ("/v1/generate", dict(json={"text": "a", "max_new_tokens": 21}), 422,
+     native("max_new_tokens 21 is above the limit 20", "max_new_tokens", 20)),
+    ("/v1/generate", dict(json={"text": "a", "min_new_tokens": 21}), 422,
+     native("min_new_tokens 21 is above the limit 20", "min_new_tokens", 20)),
+    # LibreTranslate
+    ("/translate", dict(json={"q": ["a"] * 4, **LT}), 400, {"error": "q has 4 items; at most 3"}),
+    ("/translate", dict(json={"q": ["a" * 30, "b" * 31], **LT}), 400,
+     {"error": "Invalid request: request (61) exceeds text limit (60)"}),
+    ("/translate", dict(json={"q": "a" * 41, **LT}), 400, {"error": "q has 41 characters; at most 40"}),
+    ("/translate", dict(json={"q": ["a", "a" * 41], **LT}), 400, {"error": "q[1] has 41 characters; at most 40"}),
+    ("/translate", dict(json={"q": SIX_LINES, **LT}), 400,
+     {"error": "q: the request has 6 sentences to translate; at most 5"}),
+    ("/translate", dict(json={"q": "a", **LT, "alternatives": 4}), 400,
+     {"error": "Invalid request: alternatives: at most 3"}),
+    ("/detect", dict(json={"q": "a" * 61}), 400, {"error": "Invalid request: request (61) exceeds text limit (60)"}),
+    ("/translate_file", dict(data=LT, files={"file": ("a.txt", TWO_PARAGRAPHS)}), 400,
+     {"error": "file: the request has 63 characters; at most 60"}),
+    ("/translate_file", dict(data=LT, files={"file": ("a.txt", b"a" * 41)}), 400,
+     {"error": "file[0] has 41 characters; at most 40"}),
+    ("/translate_file", dict(data=LT, files={"file": ("a.txt", SIX_LINES.encode())}), 400,
+     {"error": "file: the request has 6 sentences to translate; at most 5"}),
+    # DeepL
+    ("/v2/translate", dict(json={"text": ["a"] * 4, "target_lang": "DE"}), 400,
+     {"message": "text has 4 items; at most 3"}),
+    ("/v2/translate", dict(json={"text": ["a" * 30, "b" * 31], "target_lang": "DE"}), 413,
+     {"message": "Request too large: 61 characters; at most 60"}),
+    ("/v2/translate", dict(json={"text": ["a" * 41], "target_lang": "DE"}), 400,
+     {"message": "text[0] has 41 characters; at most 40"}),
+    ("/v2/translate", dict(json={"text": [SIX_LINES], "target_lang": "DE"}), 400,
+     {"message": "text: the request has 6 sentences to translate; at most 5"}),
+    # OpenAI
+    ("/v1/completions", dict(json={"model": MODEL, "prompt": ["a", "b"], "n": 2}), 400,
+     openai_error("2 prompts × n 2 is more than 3 choices", "n")),
+    ("/v1/completions", dict(json={"model": MODEL, "prompt": ["a"] * 4}), 400,
+     openai_error("4 prompts × n 1 is more than 3 choices", "prompt")),
+    ("/v1/completions", dict(json={"model": MODEL, "prompt": "a" * 31}), 400,
+     openai_error("prompt has 31 characters; at most 30", "prompt")),
+    ("/v1/completions", dict(json={"model": MODEL, "prompt": ["a", "a" * 31]}), 400,
+     openai_error("prompt[1] has 31 characters; at most 30", "prompt[1]")),
+    ("/v1/completions", dict(json={"model": MODEL, "prompt": "a", "max_tokens": 21}), 400,
+     openai_error("max_tokens 21 is above the limit 20", "max_tokens")),
+    ("/v1/chat/completions", dict(json={"model": MODEL, "messages": user("a"), "n": 4}), 400,
+     openai_error("1 prompts × n 4 is more than 3 choices", "n")),
+    ("/v1/chat/completions", dict(json={"model": MODEL, "messages": user("a" * 31)}), 400,
+     openai_error("messages has 31 characters; at most 30", "messages")),
+    ("/v1/chat/completions", dict(json={"model": MODEL, "messages": user("a"), "max_completion_tokens": 21}), 400,
+     openai_error("max_completion_tokens 21 is above the limit 20", "max_completion_tokens")),
+    ("/v1/chat/completions", dict(json={"model": MODEL, "messages": user("a"), "max_tokens": 21}), 400,
+     openai_error("max_tokens 21 is above the limit 20", "max_tokens")),
+])
+def test_each_limit_in_each_apis_words(limited, path, request_kwargs, status, body):
+    response = limited.post(path, **request_kwargs)
+    assert (response.status_code, response.json()) == (status, body)
