@@ -102,6 +102,30 @@ def test_backpressure_counts_what_waits_across_the_pipe(engine_process):
     assert engine.queued.value == 0
 
 
+def test_the_server_side_keeps_each_sequence_status_and_a_failing_delivery_cancels_only_its_own(engine_process):
+    """The server's Sequence objects get their final status on this side (the engine process reports only
+    outputs); a delivery that raises (its event loop is gone) cancels that sequence alone, and its row and its
+    place in the queue go to the next one."""
+    import threading
+
+    from server.engine.sequence import Sequence, Status
+
+    engine, bundle = engine_process
+    ids = bundle.source("hello world", None, None).ids
+    finished = threading.Event()
+
+    def broken(output):
+        raise RuntimeError("Event loop is closed")
+
+    bad = Sequence(ids, bundle.decode_params(num_beams=1, max_new_tokens=200), broken)
+    good = Sequence(ids, bundle.decode_params(num_beams=1, max_new_tokens=3),
+                    lambda output: isinstance(output, FinalOutput) and finished.set())
+    engine.add([bad, good])  # one row: bad decodes first, good waits for its row
+    assert finished.wait(30), "the healthy sequence never finished"
+    assert (bad.status, good.status) == (Status.CANCELLED, Status.FINISHED)
+    assert not engine.unfinished and engine.queued.value == 0
+
+
 def engine_pid(server_pid: int) -> int | None:
     """The server's engine process (one of its children: multiprocessing's resource tracker is another)."""
     children = [int(pid) for task in Path(f"/proc/{server_pid}/task").iterdir()

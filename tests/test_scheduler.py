@@ -83,6 +83,23 @@ def test_cancel_while_waiting_and_while_running():
     assert not scheduler.has_work()
 
 
+def test_left_waiting_is_told_of_every_sequence_that_leaves_the_queue_and_of_no_other():
+    """The hook an engine in a process of its own gives places back through: admissions and cancellations while
+    waiting, each once; a running sequence's cancellation is not a place in the queue."""
+    left = []
+    scheduler = Scheduler(max_rows=2, max_batch_tokens=100, max_waiting=None, left_waiting=left.append)
+    a, b, c, d = request(2), request(2), request(2), request(2)
+    scheduler.add([a, b, c, d])
+    scheduler.schedule()
+    assert left == [2]  # a and b admitted
+    scheduler.cancel(c)
+    scheduler.cancel(c)  # twice is once
+    assert left == [2, 1]
+    scheduler.cancel(a)
+    scheduler.schedule()  # a leaves the batch, d takes its row
+    assert left == [2, 1, 1] and d.status == Status.RUNNING and not scheduler.waiting
+
+
 def test_update_turns_events_into_outputs_and_retires_finished_requests():
     scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_waiting=10)
     greedy, beam = request(3), request(3, beams=3)

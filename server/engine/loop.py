@@ -91,6 +91,14 @@ class EngineHandle:
         finally:
             self.cancel(sequence)
 
+    def deliver_or_cancel(self, sequence: Sequence, output: Output) -> None:
+        """Hand one output to its sequence; if that fails (its event loop is closed), cancel just that sequence."""
+        try:
+            sequence.deliver(output)
+        except Exception:
+            log.exception("delivering to sequence %s failed; cancelling it", sequence.id)
+            self.cancel(sequence)
+
     def add(self, sequences: list[Sequence]) -> None:
         """Queue all of `sequences` or none (QueueFull); thread-safe."""
         raise NotImplementedError
@@ -123,7 +131,7 @@ class EngineLoop(EngineHandle):
                  aligner: Callable[[list[AlignmentInput]], list] | None = None):
         super().__init__()
         self.engine, self.scheduler, self.stats, self.aligner = engine, scheduler, stats, aligner
-        self.lock = threading.Condition()
+        self.lock = threading.Condition()  # over an RLock: a delivery that fails cancels under it (deliver_or_cancel)
         self.heartbeat = time.monotonic()
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
@@ -188,19 +196,10 @@ class EngineLoop(EngineHandle):
             with self.lock:
                 update = self.scheduler.update(events, now)
                 for sequence, output in update.outputs:
-                    self._deliver(sequence, output)
+                    self.deliver_or_cancel(sequence, output)
                 self._record_queues()
             self.stats.stepped(now - start, self.engine.rows_in_use, update, now)
             self.heartbeat = time.monotonic()
-
-    def _deliver(self, sequence: Sequence, output: Output) -> None:
-        """Hand one output to its sequence; if that fails (its event loop closed), cancel just that sequence."""
-        try:
-            sequence.deliver(output)
-        except Exception:
-            log.exception("delivering to sequence %s failed; cancelling it", sequence.id)
-            if not sequence.done:
-                self.scheduler.cancel(sequence)
 
     def _record_queues(self) -> None:
         self.stats.queues(len(self.scheduler.waiting), len(self.scheduler.running), self.engine.rows_in_use)
@@ -211,17 +210,20 @@ class EngineLoop(EngineHandle):
             failed = list(self.scheduler.running.values())
             for sequence in failed:
                 self.scheduler.finish(sequence, Status.FAILED)
-                self._deliver(sequence, ErrorOutput(EngineFailed(f"the engine failed while decoding: {error}")))
+                failure = EngineFailed(f"the engine failed while decoding: {error}")
+                self.deliver_or_cancel(sequence, ErrorOutput(failure))
             self.engine.reset()
             self._record_queues()
         self.heartbeat = time.monotonic()
 
 
-def start_engine_loop(bundle: ModelBundle, settings: Settings, stats: EngineStats,
-                      max_waiting: int | None) -> EngineLoop:
+def start_engine_loop(bundle: ModelBundle, settings: Settings, stats: EngineStats, max_waiting: int | None,
+                      left_waiting: Callable[[int], None] = lambda count: None) -> EngineLoop:
     """The model's engine loop in this process; `settings` limited to the model (front.registry.model_limits);
-    `max_waiting` sequences may wait (None: the caller counts them)."""
+    `max_waiting` sequences may wait (None: the caller counts them, told by `left_waiting` as they leave the
+    queue: Scheduler)."""
     engine = Engine(bundle.network, settings.max_batch_rows, settings.max_input_tokens, settings.max_new_tokens,
                     static_shapes=settings.cuda_graphs and bundle.network.device.type == "cuda")
-    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, max_waiting, settings.max_request_share)
+    scheduler = Scheduler(settings.max_batch_rows, settings.max_batch_tokens, max_waiting, settings.max_request_share,
+                          left_waiting)
     return EngineLoop(engine, scheduler, stats, partial(word_alignments, bundle)).start()

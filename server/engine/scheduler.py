@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Hashable, Protocol
+from typing import Callable, Hashable, Protocol
 
 from ..errors import QueueFull
 from .sequence import FinalOutput, Output, Sequence, Status, TokenOutput
@@ -41,9 +41,12 @@ class Update:
 
 class Scheduler:
     def __init__(self, max_rows: int, max_batch_tokens: int, max_waiting: int | None,
-                 max_request_share: float = 1.0):
-        """`max_waiting`: sequences that may wait (None: no limit here, the caller counts them)."""
+                 max_request_share: float = 1.0, left_waiting: Callable[[int], None] = lambda count: None):
+        """`max_waiting`: sequences that may wait (None: no limit here, the caller counts them). `left_waiting(n)`:
+        told whenever n sequences leave the waiting queue, admitted or cancelled (a caller that counts them gives
+        their places back there: runtime.engine_child)."""
         self.max_rows, self.max_batch_tokens, self.max_waiting = max_rows, max_batch_tokens, max_waiting
+        self.left_waiting = left_waiting
         # rows one request (its sequences: a document's sentences) may hold while other requests hold rows too
         self.shared_cap = max(1, int(max_rows * max_request_share))
         self.waiting: deque[Sequence] = deque()
@@ -72,6 +75,7 @@ class Scheduler:
         if sequence.status == Status.WAITING:
             self.waiting.remove(sequence)
             sequence.status = Status.CANCELLED
+            self.left_waiting(1)
         elif sequence.status == Status.RUNNING and sequence not in self.to_cancel:
             self.to_cancel.append(sequence)
 
@@ -108,6 +112,8 @@ class Scheduler:
             longest = max(longest, len(sequence.source_ids))
             sequence.status = Status.RUNNING
             self.running[sequence.id] = sequence
+        if plan.admit:
+            self.left_waiting(len(plan.admit))
         return plan
 
     def _least_served(self, held: Counter) -> Sequence:

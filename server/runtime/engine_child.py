@@ -12,10 +12,11 @@ from multiprocessing.connection import Connection
 from model import AlignmentInput
 
 from ..engine.loop import EngineLoop, start_engine_loop
-from ..engine.sequence import Output, Sequence, Status
+from ..engine.sequence import Output, Sequence
 from ..metrics import EngineStats
 from ..settings import Settings
 from .process import in_passing_thread, load_weights, name_this_process
+from .queued import QueuedCount
 
 log = logging.getLogger(__name__)
 
@@ -77,22 +78,8 @@ class Outbox:
                 return
 
 
-class EngineSideStats(EngineStats):
-    """The engine process's metrics go to the server process; an admitted sequence leaves the shared count."""
-
-    def __init__(self, model: str, outbox: Outbox, queued):
-        super().__init__(model, outbox.observe)
-        self.queued = queued
-
-    def admitted(self, requests, now: float) -> None:
-        super().admitted(requests, now)
-        if requests:
-            with self.queued.get_lock():
-                self.queued.value -= len(requests)
-
-
 def serve_engine(path: str | None, settings: Settings, name: str, threads: int, inbox: Connection,
-                 outbox_conn: Connection, queued, heartbeat) -> None:
+                 outbox_conn: Connection, queued: QueuedCount, heartbeat) -> None:
     """The engine process: loads the model, then serves the server's messages until it says stop or goes away."""
     import gc
     import signal
@@ -119,11 +106,13 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
 class EngineServer:
     """The engine process's side: the model's engine loop, fed from the pipe, its outputs into the outbox."""
 
-    def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued, heartbeat):
-        self.outbox, self.queued = Outbox(outbox_conn), queued
-        # The server process counts waiting sequences against the limit; here they are only kept in order.
-        self.engine_loop = start_engine_loop(bundle, settings, EngineSideStats(name, self.outbox, queued),
-                                             max_waiting=None)
+    def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued: QueuedCount,
+                 heartbeat):
+        self.outbox = Outbox(outbox_conn)
+        # The server process counts waiting sequences against the limit; here they are only kept in order, and
+        # each one that leaves the queue (admitted or cancelled) gives its place back to that count.
+        self.engine_loop = start_engine_loop(bundle, settings, EngineStats(name, self.outbox.observe),
+                                             max_waiting=None, left_waiting=queued.give_back)
         self.sender = threading.Thread(target=self.outbox.send_until_closed, args=(self.engine_loop, heartbeat),
                                        name="engine-outbox")
         self.sender.start()
@@ -162,13 +151,8 @@ class EngineServer:
         self.outbox.output(id, output)
 
     def cancel(self, ids: list[int]) -> None:
-        with self.engine_loop.lock:  # no admission between counting the waiting ones and cancelling them
-            cancelled = [s for s in map(self.engine_loop.scheduler.find, ids) if s is not None]
-            waiting = sum(s.status == Status.WAITING for s in cancelled)
-            self.engine_loop.cancel(*cancelled)
-        if waiting:
-            with self.queued.get_lock():
-                self.queued.value -= waiting
+        with self.engine_loop.lock:  # the scheduler's queues are the engine thread's: read them under its lock
+            self.engine_loop.cancel(*(s for s in map(self.engine_loop.scheduler.find, ids) if s is not None))
 
     def align(self, call: int, inputs: list[AlignmentInput]) -> None:
         try:

@@ -11,10 +11,13 @@ What crosses the pipes (pickled, batched):
                    ("align", call id, inputs), ("stop",)
   from the engine  ("ready",) or ("failed", reason) once loaded; ("outputs", [(id, output)], metric
                    observations) once per step; ("reply", call id, result, error)
+Who holds what: the status of the server's Sequence objects is written here only, by `_finish` (final output,
+cancellation, a dead engine), and `unfinished` holds exactly those not yet finished; the engine process's own
+Sequence objects are its scheduler's working state (rows, steps, first token), which it reports only as outputs.
 Backpressure stays synchronous: the sequences sent and not yet admitted or cancelled are counted in shared
-memory, so `submit` raises QueueFull at once, as in one process. A heartbeat in shared memory tells health how
-recently the loop progressed. If the engine process dies (killed, out of memory), its requests fail with
-EngineFailed (503) and another is started; the server stays up.
+memory (runtime.queued), so `submit` raises QueueFull at once, as in one process. A heartbeat in shared memory
+tells health how recently the loop progressed. If the engine process dies (killed, out of memory), its requests
+fail with EngineFailed (503) and another is started; the server stays up.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from model import AlignmentInput
 
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, Output, Sequence, Status, TokenOutput
-from ..errors import EngineFailed, QueueFull
+from ..errors import EngineFailed
 from ..metrics import EngineStats, record
 from ..settings import Settings
 from .engine_child import serve_engine
+from .queued import QueuedCount
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,8 @@ class EngineProcess(EngineHandle):
         self.path, self.settings, self.name, self.threads = path, settings, name, threads
         self.stats = EngineStats(name)
         self.context = multiprocessing.get_context("spawn")
-        self.lock = threading.Lock()  # sequences, calls and the pipe to the engine
-        self.sequences: dict[int, Sequence] = {}  # unfinished, by id
+        self.lock = threading.Lock()  # unfinished, calls and the pipe to the engine
+        self.unfinished: dict[int, Sequence] = {}  # by id: the sequences sent and not yet finished (see _finish)
         self.calls: dict[int, asyncio.Future] = {}
         self.call_ids = itertools.count()
         self.stopping = False
@@ -58,7 +62,7 @@ class EngineProcess(EngineHandle):
 
     def _start(self) -> None:
         """A new engine process, loaded; until it is, sends go to the one before (a dead one: EngineFailed)."""
-        queued = self.context.Value("q", 0)  # sequences sent and not yet admitted or cancelled
+        queued = QueuedCount(self.context)
         heartbeat = self.context.Value("d", time.monotonic())  # the engine loop's last progress; -1: it died
         inbox, to_engine = self.context.Pipe(duplex=False)
         from_engine, outbox = self.context.Pipe(duplex=False)
@@ -82,28 +86,27 @@ class EngineProcess(EngineHandle):
 
     # ---- asyncio side -------------------------------------------------------------------------------------
     def add(self, sequences: list[Sequence]) -> None:
-        limit = self.settings.max_waiting_sequences
         with self.lock:  # self.queued: the count of the engine process the sequences go to
-            with self.queued.get_lock():  # never held while sending: the engine's admissions take it too
-                if self.queued.value + len(sequences) > limit:
-                    raise QueueFull(f"the queue holds {self.queued.value} waiting sequences; at most {limit}",
-                                    limit=limit)
-                self.queued.value += len(sequences)
-            if not self._send(("submit", [(r.id, r.request_id, r.source_ids, r.params, r.stream, r.arrived_at)
-                                          for r in sequences])):
-                with self.queued.get_lock():
-                    self.queued.value -= len(sequences)
+            self.queued.take(len(sequences), self.settings.max_waiting_sequences)
+            if not self._send(("submit", [(s.id, s.request_id, s.source_ids, s.params, s.stream, s.arrived_at)
+                                          for s in sequences])):
+                self.queued.give_back(len(sequences))
                 raise EngineFailed("the engine process is restarting; retry shortly")
-            self.sequences.update((r.id, r) for r in sequences)
+            self.unfinished.update((s.id, s) for s in sequences)
 
     def cancel(self, *sequences: Sequence) -> None:
         with self.lock:
-            ids = [r.id for r in sequences if self.sequences.pop(r.id, None) is not None]
-            for sequence in sequences:
-                if not sequence.done:
-                    sequence.status = Status.CANCELLED
+            ids = [s.id for s in sequences if self._finish(s.id, Status.CANCELLED) is not None]
             if ids:
                 self._send(("cancel", ids))
+
+    def _finish(self, id: int, status: Status) -> Sequence | None:
+        """Under self.lock: the unfinished sequence `id` takes its final status and leaves `unfinished`; None when
+        it has left already (its final output and its cancellation crossed). The one place a status is written."""
+        sequence = self.unfinished.pop(id, None)
+        if sequence is not None:
+            sequence.status = status
+        return sequence
 
     async def align(self, inputs: list[AlignmentInput]) -> list:
         future = asyncio.get_running_loop().create_future()
@@ -171,33 +174,25 @@ class EngineProcess(EngineHandle):
         delivered = []
         with self.lock:  # once for the step's outputs; a sequence cancelled meanwhile is gone: its outputs dropped
             for id, output in outputs:
-                final = not isinstance(output, TokenOutput)
-                sequence = self.sequences.pop(id, None) if final else self.sequences.get(id)
+                if isinstance(output, TokenOutput):
+                    sequence = self.unfinished.get(id)
+                else:
+                    sequence = self._finish(id, Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED)
                 if sequence is not None:
                     delivered.append((sequence, output))
         for sequence, output in delivered:
-            if not isinstance(output, TokenOutput):
-                sequence.status = Status.FAILED if isinstance(output, ErrorOutput) else Status.FINISHED
-            try:
-                sequence.deliver(output)
-            except Exception:  # its event loop is gone
-                log.exception("delivering to sequence %s failed; cancelling it", sequence.id)
-                self.cancel(sequence)
+            self.deliver_or_cancel(sequence, output)
 
     def _engine_died(self) -> bool:
         """Fails every sequence and call of the dead engine; starts another unless stopping. True: stop reading."""
         self.process.join(5)
         with self.lock:
-            sequences, self.sequences = list(self.sequences.values()), {}
+            failed = [self._finish(id, Status.FAILED) for id in list(self.unfinished)]
             calls, self.calls = list(self.calls.values()), {}
             stopping = self.stopping
         error = EngineFailed(f"the engine process exited ({self.process.exitcode}) while decoding; retry")
-        for sequence in sequences:
-            sequence.status = Status.FAILED
-            try:
-                sequence.deliver(ErrorOutput(error))
-            except Exception:
-                pass  # its event loop is gone too
+        for sequence in failed:
+            self.deliver_or_cancel(sequence, ErrorOutput(error))
         for future in calls:
             settle(future, None, error)
         if stopping:
