@@ -48,8 +48,6 @@ class TranslationJob:
     source_lang: str | None = None  # None or "auto": detected per text among the served source languages
     target_lang: str | None = None
     options: DecodeOptions = DecodeOptions()
-    texts_field: str = "text"  # the field holding the texts, for the count limit
-    beams_field: str = "beam_size"
     text_options: TextOptions = TextOptions()
 
 
@@ -90,9 +88,7 @@ class GenerationJob:
     stop: tuple[str, ...] = ()
     source_lang: str | None = None  # translation models: which languages (else the model's defaults)
     target_lang: str | None = None
-    beams_field: str = "num_beams"  # how the API names the text and the knobs, in errors
-    text_field: str = "text"
-    tokens_field: str = "max_new_tokens"
+    field: str = "text"  # how the text is named in errors: "text", "prompt[1]", "messages"
 
 
 @dataclass(frozen=True)

@@ -62,3 +62,66 @@ class RequestTimeout(ServerError):
 class EngineFailed(ServerError):
     status, code = 503, "engine_failed"
     retry_after_s = 1
+
+
+# A request over one of the server's limits, found by the front (front/dispatch.py checks each limit once; the
+# model-dependent ones in front/service.py). They hold what was counted, never an API's field names: each API words
+# them in its own error table. `args` are the constructor's, so they cross Ray and process pipes intact.
+
+class TooManyTexts(InvalidRequest):
+    """More sequences than max_texts: `count` texts, `choices` generated for each (OpenAI's n)."""
+
+    def __init__(self, count: int, limit: int, choices: int = 1):
+        super().__init__(f"{count} texts × {choices} choices; at most {limit}", limit=limit)
+        self.count, self.choices, self.args = count, choices, (count, limit, choices)
+
+
+class TooManyCharacters(InvalidRequest):
+    """A request's texts (or a file's) have more characters together than max_request_chars."""
+
+    def __init__(self, count: int, limit: int):
+        super().__init__(f"the request has {count} characters; at most {limit}", limit=limit)
+        self.count, self.args = count, (count, limit)
+
+
+class TextTooLong(InvalidRequest):
+    """One text over max_document_chars (translation) or max_generate_chars (generation); `field` is the text's
+    name as its job gives it (text[3], q, prompt[1]), and every API words it alike."""
+
+    def __init__(self, field: str, count: int, limit: int):
+        super().__init__(f"{field} has {count} characters; at most {limit}", field=field, limit=limit)
+        self.count, self.args = count, (field, count, limit)
+
+
+class TooManySentences(InvalidRequest):
+    """A request cut into more units (sentences, pieces of over-long ones) than max_request_units."""
+
+    def __init__(self, count: int, limit: int):
+        super().__init__(f"the request has {count} sentences to translate; at most {limit}", limit=limit)
+        self.count, self.args = count, (count, limit)
+
+
+class TooManyBeams(InvalidRequest):
+    """num_beams over the beam limit (max_beams, within the batch)."""
+
+    def __init__(self, count: int, limit: int):
+        super().__init__(f"num_beams {count} is above the limit {limit}", field="num_beams", limit=limit)
+        self.count, self.args = count, (count, limit)
+
+
+class TooManyTokens(InvalidRequest):
+    """A token knob (`knob`: max_new_tokens or min_new_tokens, DecodeOptions' names) over the model's
+    max_new_tokens."""
+
+    def __init__(self, knob: str, count: int, limit: int):
+        super().__init__(f"{knob} {count} is above the limit {limit}", field=knob, limit=limit)
+        self.knob, self.count, self.args = knob, count, (knob, count, limit)
+
+
+class SamplingNeedsOneBeam(InvalidRequest):
+    """Beams asked for where the request (or the model's default) samples."""
+
+    def __init__(self):
+        super().__init__("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam",
+                         field="num_beams", limit=1)
+        self.args = ()

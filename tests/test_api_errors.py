@@ -1,6 +1,7 @@
 """Every 4xx path through FastAPI's TestClient: JSON naming the field, the problem and the limit."""
 
 import json
+import pickle
 import time
 
 import pytest
@@ -8,6 +9,8 @@ from fastapi.testclient import TestClient
 from server_process import Scrape, eventually, in_process_client
 
 from server.api import create_app
+from server.errors import (SamplingNeedsOneBeam, TextTooLong, TooManyBeams, TooManyCharacters, TooManySentences,
+                           TooManyTexts, TooManyTokens)
 from server.runtime.local import LocalModels
 from server.front.registry import ModelRegistry
 from server.settings import Settings
@@ -338,3 +341,12 @@ def limited(checkpoint):
 def test_each_limit_in_each_apis_words(limited, path, request_kwargs, status, body):
     response = limited.post(path, **request_kwargs)
     assert (response.status_code, response.json()) == (status, body)
+
+
+@pytest.mark.parametrize("error", [TooManyTexts(4, 3, 2), TooManyCharacters(61, 60), TextTooLong("q[1]", 41, 40),
+                                   TooManySentences(6, 5), TooManyBeams(5, 4), TooManyTokens("min_new_tokens", 21, 20),
+                                   SamplingNeedsOneBeam()])
+def test_limit_errors_cross_processes_whole(error):
+    """A model's replica (Ray) or engine process raises them on the other side of a pickle."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and vars(copy) == vars(error) and copy.args == error.args

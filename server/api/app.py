@@ -19,7 +19,7 @@ from ..settings import Settings
 from . import deepl, libretranslate, native, openai, page
 from .deps import AppState, served
 from .downloads import Downloads
-from .errors import NATIVE, route_path, validation_error
+from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .keys import Keys
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, NATIVE)  # the first that owns a path renders its errors
 
 
-def render(path: str, error: ServerError) -> Response:
+def render(path: str, error: ServerError, names: Names = Names()) -> Response:
     """`error` in the shape of the API that owns `path`."""
-    return next(style for style in STYLES if style.owns(path)).render(error)
+    return next(style for style in STYLES if style.owns(path)).render(error, names)
 
 
 def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None) -> FastAPI:
@@ -61,7 +61,8 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
 
 
 async def server_error(request: Request, exc: ServerError):
-    return render(route_path(request.scope), exc)  # a native route's guard: /v1/models answers as OpenAI's
+    # a native route's guard: /v1/models answers as OpenAI's
+    return render(route_path(request.scope), exc, names_of(request))
 
 
 async def invalid(_: Request, exc: RequestValidationError):

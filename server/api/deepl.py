@@ -16,10 +16,10 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BodyTooLarge, InvalidRequest
+from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters
 from ..front import dispatch
 from .deps import AppState, served
-from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, message_only
+from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
 from .reading import Params, caller_of, present, read_params, validated
@@ -37,7 +37,13 @@ def owns(path: str) -> bool:
     return path.startswith("/v2/")
 
 
-STYLE = ErrorStyle(message_only("message"), owns, {**BAD_REQUEST, InvalidKey: 403, QuotaExceeded: 456})
+def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
+    return BodyTooLarge(f"Request too large: {error.count} characters; at most {error.limit}", field=names.texts,
+                        limit=error.limit)
+
+
+STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
+                                                   InvalidKey: 403, QuotaExceeded: 456})
 
 
 class TranslateForm(BaseModel):
@@ -136,9 +142,6 @@ async def translate(request: Request):
     form = validated(TranslateForm, data, missing, invalid)
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
-    count, limit = characters(form.text), state.settings.max_request_chars
-    if count > limit:
-        raise BodyTooLarge(f"Request too large: {count} characters; at most {limit}", field="text", limit=limit)
     if form.glossary_id is not None:
         raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
     languages = ServedLanguages.of(state.provider)
@@ -149,11 +152,11 @@ async def translate(request: Request):
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),
-        texts_field="text", text_options=text_options(form))
+        text_options=text_options(form))
+    naming(request, "text")
 
     async def work():
-        async with state.keys.spending(who, count):
-            result = await dispatch.translate(state.provider, job)
+        result = await dispatch.translate(state.provider, job, spending=state.keys.spending(who, characters(form.text)))
         return json_response(translate_response(result, form.text, form.source_lang))
 
     return await until_disconnect(request, work())

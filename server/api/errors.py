@@ -1,6 +1,9 @@
 """Errors in each API's shape: the native `{"error": {code, message, field?, limit?}}`, LibreTranslate's
 `{"error": message}`, DeepL's `{"message": message}`, OpenAI's `{"error": {message, type, param, code}}`, each with
-that API's status for the domain error.
+that API's status and wording for the domain error: one table per API (`ErrorStyle.table`).
+
+The front's limit errors (server/errors.py) say what was counted, not in which field: a route names its fields for
+them (`naming`), and LIMITS words them with those names as every API does unless its own table says otherwise.
 
 Every error raised inside a compatible API's route (domain errors, a malformed form, anything unexpected) is rendered
 by that API's `ErrorStyle`; the app's handlers and its body guard render an error in the style of the API that owns
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Union
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +22,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from ..errors import BadBody, InvalidRequest, ServerError, UnknownModel
+from ..errors import (BadBody, InvalidRequest, SamplingNeedsOneBeam, ServerError, TooManyBeams, TooManyCharacters,
+                      TooManySentences, TooManyTexts, TooManyTokens, UnknownModel)
 
 log = logging.getLogger(__name__)
 
@@ -36,25 +40,94 @@ def route_path(scope) -> str:
     return path[len(root):] if root and path.startswith(root) else path
 
 
+@dataclass(frozen=True)
+class Names:
+    """How one request names what the front's limits count: the field holding its texts, and its names of the
+    decoding knobs where they are not DecodeOptions' own (num_beams → beam_size)."""
+
+    texts: str = "text"
+    knobs: Mapping[str, str] = field(default_factory=dict)
+
+    def knob(self, name: str) -> str:
+        return self.knobs.get(name, name)
+
+
+def naming(request: Request, texts: str, **knobs: str) -> None:
+    """A route's names for the errors of this request (read back by names_of when an error is rendered)."""
+    request.state.names = Names(texts, knobs)
+
+
+def names_of(request: Request) -> Names:
+    return getattr(request.state, "names", Names())
+
+
+# An entry of an API's table: its status for the error, or a function that words the error in the API's terms
+# (its result is looked up in the table again, for its status).
+Wording = Callable[[ServerError, Names], ServerError]
+Entry = Union[int, Wording]
+
+
+def over_items(error: TooManyTexts, names: Names) -> ServerError:
+    return InvalidRequest(f"{names.texts} has {error.count} items; at most {error.limit}", field=names.texts,
+                          limit=error.limit)
+
+
+def over_characters(error: TooManyCharacters, names: Names) -> ServerError:
+    return InvalidRequest(f"{names.texts}: the request has {error.count} characters; at most {error.limit}",
+                          field=names.texts, limit=error.limit)
+
+
+def over_sentences(error: TooManySentences, names: Names) -> ServerError:
+    return InvalidRequest(f"{names.texts}: the request has {error.count} sentences to translate; at most "
+                          f"{error.limit}", field=names.texts, limit=error.limit)
+
+
+def over_knob(name: str, error: TooManyBeams | TooManyTokens) -> ServerError:
+    return InvalidRequest(f"{name} {error.count} is above the limit {error.limit}", field=name, limit=error.limit)
+
+
+def over_beams(error: TooManyBeams, names: Names) -> ServerError:
+    return over_knob(names.knob("num_beams"), error)
+
+
+def over_tokens(error: TooManyTokens, names: Names) -> ServerError:
+    return over_knob(names.knob(error.knob), error)
+
+
+def sampling_with_beams(error: SamplingNeedsOneBeam, names: Names) -> ServerError:
+    return InvalidRequest(error.message, field=names.knob("num_beams"), limit=error.limit)
+
+
+LIMITS: Mapping[type[ServerError], Entry] = {
+    TooManyTexts: over_items, TooManyCharacters: over_characters, TooManySentences: over_sentences,
+    TooManyBeams: over_beams, TooManyTokens: over_tokens, SamplingNeedsOneBeam: sampling_with_beams}
 # Both compatible APIs know one status for a bad request, where the native API tells 400, 404 and 422 apart.
-BAD_REQUEST: Mapping[type[ServerError], int] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
+BAD_REQUEST: Mapping[type[ServerError], Entry] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
 
 
 @dataclass(frozen=True)
 class ErrorStyle:
-    """How one API writes an error: `body(error)` with the API's status for the error's class (the domain error's
-    own status where the API has none of its own), and the routes whose errors it renders."""
+    """How one API writes an error: `body(error, status)`, with the API's status and wording for the error's class
+    from `table` (the domain error's own where the table has none), and the routes whose errors it renders."""
 
-    body: Callable[[ServerError], dict]
+    body: Callable[[ServerError, int], dict]
     owns: Callable[[str], bool]  # whether a request path belongs to this API
-    statuses: Mapping[type[ServerError], int] = field(default_factory=dict)
+    table: Mapping[type[ServerError], Entry] = field(default_factory=dict)
     routes: list[tuple[str, Callable, list[str], dict]] = field(default_factory=list)
 
-    def status(self, error: ServerError) -> int:
-        return next((self.statuses[c] for c in type(error).__mro__ if c in self.statuses), error.status)
+    def answer(self, error: ServerError, names: Names = Names()) -> tuple[ServerError, int]:
+        """The error as this API words it, and its status: the table's first entry along the error's classes."""
+        entry = next((self.table[c] for c in type(error).__mro__ if c in self.table), error.status)
+        if isinstance(entry, int):
+            return error, entry
+        return self.answer(entry(error, names), names)
 
-    def render(self, error: ServerError) -> JSONResponse:
-        return JSONResponse(self.body(error), status_code=self.status(error), headers=error.headers())
+    def payload(self, error: ServerError, names: Names = Names()) -> dict:
+        return self.body(*self.answer(error, names))
+
+    def render(self, error: ServerError, names: Names = Names()) -> JSONResponse:
+        worded, status = self.answer(error, names)
+        return JSONResponse(self.body(worded, status), status_code=status, headers=error.headers())
 
     def route(self, path: str, methods: list[str], **options):
         """Decorator: a module-level handler of this API at `path` (added to an app by add_routes)."""
@@ -84,7 +157,7 @@ class ErrorStyle:
                     try:
                         return await handler(request)
                     except ServerError as e:
-                        return style.render(e)
+                        return style.render(e, names_of(request))
                     except HTTPException as e:  # Starlette's form parsing: a malformed multipart body
                         return style.render(BadBody(f"Invalid request: {e.detail}", field="body"))
                     except Exception:
@@ -96,9 +169,9 @@ class ErrorStyle:
         return StyledRoute
 
 
-def message_only(key: str) -> Callable[[ServerError], dict]:
+def message_only(key: str) -> Callable[[ServerError, int], dict]:
     """The compatible APIs' body: the message alone, under `key`."""
-    return lambda error: {key: error.message}
+    return lambda error, status: {key: error.message}
 
 
 def openai_body(error: ServerError, status: int) -> dict:
@@ -108,7 +181,7 @@ def openai_body(error: ServerError, status: int) -> dict:
     return {"error": {"message": error.message, "type": kind, "param": error.field, "code": error.code}}
 
 
-NATIVE = ErrorStyle(ServerError.body, owns=lambda path: True)
+NATIVE = ErrorStyle(lambda error, status: error.body(), owns=lambda path: True, table=LIMITS)
 
 
 def validation_error(exc: RequestValidationError) -> ServerError:

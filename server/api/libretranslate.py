@@ -21,10 +21,10 @@ from starlette.datastructures import UploadFile
 from model import SUFFIXES
 
 from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJob, TranslationResult
-from ..errors import InvalidRequest, ServerError
+from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacters
 from ..front import dispatch
 from .deps import AppState, served
-from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, message_only
+from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
 from .reading import caller_of, present, read_params, validated
@@ -39,7 +39,22 @@ def owns(path: str) -> bool:
     return path in PATHS or path.startswith(DOWNLOADS)
 
 
-STYLE = ErrorStyle(message_only("error"), owns, {**BAD_REQUEST, InvalidKey: 403, QuotaExceeded: 403})
+def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
+    if names.texts == "file":  # a file's characters: worded as the native API words them
+        return over_characters(error, names)
+    return InvalidRequest(f"Invalid request: request ({error.count}) exceeds text limit ({error.limit})",
+                          field=names.texts, limit=error.limit)
+
+
+def over_alternatives(error: TooManyBeams, names: Names) -> ServerError:
+    """`alternatives` asks for that many beams beside the best one."""
+    return InvalidRequest(invalid("alternatives", f"at most {error.limit - 1}"), field="alternatives",
+                          limit=error.limit - 1)
+
+
+STYLE = ErrorStyle(message_only("error"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
+                                                 TooManyBeams: over_alternatives, InvalidKey: 403,
+                                                 QuotaExceeded: 403})
 
 
 class TranslateForm(BaseModel):
@@ -115,14 +130,6 @@ def check_languages(state: AppState, source: str, target: str) -> None:
             raise InvalidRequest(f"{code} is not supported", field=side)
 
 
-def check_size(state: AppState, texts: list[str]) -> int:
-    count, limit = characters(texts), state.settings.max_request_chars
-    if count > limit:
-        raise InvalidRequest(f"Invalid request: request ({count}) exceeds text limit ({limit})", field="q",
-                             limit=limit)
-    return count
-
-
 @STYLE.route("/translate", ["POST"], response_model=TranslateResponse)
 async def translate(request: Request):
     state = served(request)
@@ -134,24 +141,18 @@ async def translate(request: Request):
     texts = [form.q] if single else form.q
     if not form.q:
         raise InvalidRequest(missing("q"), field="q")
-    count = check_size(state, texts)
     auto = dispatch.is_auto(form.source)
     check_languages(state, form.source, form.target)
-    beam_limit = state.settings.beam_limit
-    if form.alternatives >= beam_limit:
-        raise InvalidRequest(invalid("alternatives", f"at most {beam_limit - 1}"), field="alternatives",
-                             limit=beam_limit - 1)
     candidates = form.alternatives + 1
     job = TranslationJob(
         texts=tuple(texts), fields=("q",) if single else tuple(f"q[{i}]" for i in range(len(texts))),
         source_lang=None if auto else canonical(form.source), target_lang=canonical(form.target),
         options=DecodeOptions(num_beams=candidates if form.alternatives else None, n_best=candidates),
-        texts_field="q", beams_field="alternatives",
         text_options=TextOptions(format=form.format, split_sentences="nonewlines" if form.format == "html" else "1"))
+    naming(request, "q", num_beams="alternatives")
 
     async def work():
-        async with state.keys.spending(caller, count):
-            result = await dispatch.translate(state.provider, job)
+        result = await dispatch.translate(state.provider, job, spending=state.keys.spending(caller, characters(texts)))
         return json_response(translate_response(result, single, auto, form.alternatives))
 
     return await until_disconnect(request, work())
@@ -165,15 +166,16 @@ async def detect(request: Request):
     form = validated(DetectForm, present(params, ["q"]), missing, invalid)
     if not form.q:
         raise InvalidRequest(missing("q"), field="q")
-    check_size(state, [form.q])
+    naming(request, "q")
     return [detection(found) for found in dispatch.detect(state.provider, form.q)]
 
 
 @STYLE.route("/translate_file", ["POST"], response_model=FileTranslated)
 async def translate_file(request: Request):
-    state = served(request)
     """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
     is charged the characters of its text against the character quota."""
+    state = served(request)
+    naming(request, "file")
     params = await read_params(request)
     caller = await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
     upload = params.first("file")
@@ -189,8 +191,8 @@ async def translate_file(request: Request):
 
     async def work():
         parsed = await dispatch.read_document(state.provider, data, filename.suffix)
-        async with state.keys.spending(caller, parsed.characters):
-            translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target))
+        translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target),
+                                                   spending=state.keys.spending(caller, parsed.characters))
         name = state.downloads.put(filename.name, translated)
         return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")
 

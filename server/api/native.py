@@ -16,6 +16,7 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
 from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
 from .deps import AppState, authorize, caller, served
+from .errors import naming
 from .keys import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
@@ -89,10 +90,11 @@ def _form_text(form, name: str, max_length: int = 200) -> str | None:
 
 async def translate(body: TranslateRequest, request: Request):
     state = served(request)
+    naming(request, "text", num_beams="beam_size")
 
     async def work():
-        async with state.keys.spending(caller(request), characters(body.text)):
-            result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False)
+        result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False,
+                                          spending=state.keys.spending(caller(request), characters(body.text)))
         return json_response(translate_response(result, body.return_scores))
 
     return await until_disconnect(request, work())
@@ -101,6 +103,7 @@ async def translate(body: TranslateRequest, request: Request):
 async def translate_file(request: Request):
     """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
     state = served(request)
+    naming(request, "file")
     try:
         form = await request.form()
     except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
@@ -114,8 +117,8 @@ async def translate_file(request: Request):
 
     async def work():
         parsed = await dispatch.read_document(state.provider, data, name.suffix)
-        async with state.keys.spending(caller(request), parsed.characters):
-            translated = await dispatch.translate_file(state.provider, parsed, **fields)
+        translated = await dispatch.translate_file(state.provider, parsed, **fields,
+                                                   spending=state.keys.spending(caller(request), parsed.characters))
         download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
         return Response(translated, media_type=upload.content_type or "application/octet-stream",
                         headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
@@ -125,8 +128,8 @@ async def translate_file(request: Request):
 
 async def generate(body: GenerateRequest, request: Request):
     state = served(request)
-    service = await state.provider.get(body.model, body.source_lang, body.target_lang)
     job = generation_job(body)
+    service = await dispatch.generator(state.provider, [job], body.model)
     if not body.stream:
         async def work():
             async with state.keys.spending(caller(request), characters([body.text])):

@@ -25,10 +25,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..domain import DecodeOptions, GenerationJob, StreamEvent
-from ..errors import InvalidRequest, ServerError, UnknownModel
-from ..settings import Settings
+from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
+from ..front import dispatch
 from .deps import AppState, served
-from .errors import BAD_REQUEST, ErrorStyle, InvalidKey, openai_body
+from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
 from .keys import QuotaExceeded, characters
 from .reading import caller_of, read_params, validated
 from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
@@ -46,8 +46,13 @@ def owns(path: str) -> bool:
     return path in PATHS
 
 
-STYLE = ErrorStyle(lambda error: openai_body(error, STYLE.status(error)), owns,
-                   {**BAD_REQUEST, UnknownModel: 404, InvalidKey: 401, QuotaExceeded: 429})
+def over_choices(error: TooManyTexts, names: Names) -> ServerError:
+    return InvalidRequest(f"{error.count} prompts × n {error.choices} is more than {error.limit} choices",
+                          field="n" if error.choices > 1 else names.texts, limit=error.limit)
+
+
+STYLE = ErrorStyle(openai_body, owns, {**LIMITS, **BAD_REQUEST, TooManyTexts: over_choices, UnknownModel: 404,
+                                       InvalidKey: 401, QuotaExceeded: 429})
 
 
 class StreamOptions(BaseModel):
@@ -166,21 +171,18 @@ def options(body: Knobs, max_tokens: int | None, sample: int) -> DecodeOptions:
     return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=seed)
 
 
-def jobs(body: Knobs, texts: list[str], fields: list[str], settings: Settings) -> list[GenerationJob]:
-    """One job per choice, prompt by prompt, n each; within the server's limits on texts and characters."""
-    if len(texts) * body.n > settings.max_texts:
-        raise InvalidRequest(f"{len(texts)} prompts × n {body.n} is more than {settings.max_texts} choices",
-                             field="n" if body.n > 1 else fields[0].partition("[")[0], limit=settings.max_texts)
-    for text, name in zip(texts, fields):
-        if len(text) > settings.max_generate_chars:
-            raise InvalidRequest(f"{name} has {len(text)} characters; at most {settings.max_generate_chars}",
-                                 field=name, limit=settings.max_generate_chars)
+def token_limit(body: Knobs) -> tuple[str, int | None]:
+    """The parameter that limits the completion's tokens, as the request named it, and its value."""
+    return next(((name, getattr(body, name)) for name in ("max_completion_tokens", "max_tokens")
+                 if getattr(body, name, None)), ("max_tokens", None))
+
+
+def jobs(body: Knobs, texts: list[str], fields: list[str]) -> list[GenerationJob]:
+    """One job per choice, prompt by prompt, n each."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    tokens_field, max_tokens = next(((name, getattr(body, name)) for name in ("max_completion_tokens", "max_tokens")
-                                     if getattr(body, name, None)), ("max_tokens", None))
+    max_tokens = token_limit(body)[1]
     return [GenerationJob(text=text, options=options(body, max_tokens, sample), stop=stop,
-                          source_lang=body.source_lang, target_lang=body.target_lang, text_field=name,
-                          tokens_field=tokens_field)
+                          source_lang=body.source_lang, target_lang=body.target_lang, field=name)
             for text, name in zip(texts, fields) for sample in range(body.n)]
 
 
@@ -204,7 +206,8 @@ async def completions(request: Request):
     if not prompts:
         raise InvalidRequest("prompt: at least one prompt is required", field="prompt")
     fields = ["prompt"] if isinstance(body.prompt, str) else [f"prompt[{i}]" for i in range(len(prompts))]
-    return await answer(request, state, who, COMPLETION, body, prompts, jobs(body, prompts, fields, state.settings))
+    naming(request, "prompt", max_new_tokens=token_limit(body)[0])
+    return await answer(request, state, who, COMPLETION, body, prompts, jobs(body, prompts, fields))
 
 
 @STYLE.route("/v1/chat/completions", ["POST"])
@@ -213,13 +216,14 @@ async def chat_completions(request: Request):
     who, body = await read(request, state, ChatRequest)
     template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
     text = chat_text(body.messages, template)
-    return await answer(request, state, who, CHAT, body, [text], jobs(body, [text], ["messages"], state.settings))
+    naming(request, "messages", max_new_tokens=token_limit(body)[0])
+    return await answer(request, state, who, CHAT, body, [text], jobs(body, [text], ["messages"]))
 
 
 async def answer(request: Request, state: AppState, who: str, shape: Shape, body: Knobs, texts: list[str],
                  choices: list[GenerationJob]):
     """Every choice's events merged into one stream: folded into one answer, or sent as chunks."""
-    service = await state.provider.get(body.model, body.source_lang, body.target_lang)
+    service = await dispatch.generator(state.provider, choices, body.model, per_text=body.n)
     head = {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
             "model": service.name}
     if not body.stream:
@@ -264,7 +268,7 @@ async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_u
             yield sse({**head, "choices": [], "usage": usage(finals, n)})
         yield DONE
     except ServerError as e:
-        yield sse(STYLE.body(e))
+        yield sse(STYLE.payload(e))
     finally:
         await events.aclose()
 

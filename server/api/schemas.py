@@ -1,4 +1,7 @@
-"""Request and response bodies: one Pydantic schema per intent, limits in Field constraints."""
+"""Request and response bodies: one Pydantic schema per intent, limits in Field constraints.
+
+The limits here are the native API's documented schema (/openapi.json states them, and a request over one is
+answered in validation's words); the front (front/dispatch.py) is where every limit is enforced, for every API."""
 
 from __future__ import annotations
 

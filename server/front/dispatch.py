@@ -2,6 +2,11 @@
 
     result = await dispatch.translate(provider, job, model=None)
     ranked = dispatch.detect(provider, "Guten Tag", target_lang="en")
+    served = await dispatch.generator(provider, jobs, model=None)
+
+Every request's limits are checked here, once, before any work or charge: the number of texts, the request's
+characters, each text's characters, the beams (front/service.py checks what depends on the model: its token limits,
+the sentences a request is cut into). They raise the typed errors of server/errors.py; each API words them.
 
 A job whose `source_lang` is None or "auto" has each text's language detected on its own (never one guess for a
 whole list), among the source languages of the served models that translate into the target (or of the model
@@ -14,14 +19,18 @@ confidence 1.0.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
+from typing import Sequence
 
 from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_language, detectable, read_file, text_content
 
-from ..domain import DetectedLanguage, ModelInfo, TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BadBody, BodyTooLarge, InvalidRequest
+from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
+                      TranslationJob, TranslationResult)
+from ..errors import BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts
+from ..settings import Settings
 from .languages import serves
-from .provider import ModelProvider
+from .provider import ModelProvider, ServedModel
 
 AUTO = "auto"
 
@@ -69,29 +78,56 @@ def _readable(text: str, field: str, markup: str) -> str:
 def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
     """The served source languages (of the models translating into `target_lang`, if given) ranked for `text`,
     best first, confidences 0..1."""
+    _check_characters(provider.settings, [text])
     return _ranked(text, _source_languages(_candidates(provider, None, target_lang, everything=True)))
 
 
+def _check_count(settings: Settings, count: int, choices: int = 1) -> None:
+    if count * choices > settings.max_texts:
+        raise TooManyTexts(count, settings.max_texts, choices)
+
+
+def _check_characters(settings: Settings, texts: Sequence[str]) -> None:
+    """A request's characters, counted as sent (markup too: no DTD expands it, so the text translated is never
+    more), before detection or the tokenizer reads them."""
+    count = sum(map(len, texts))
+    if count > settings.max_request_chars:
+        raise TooManyCharacters(count, settings.max_request_chars)
+
+
+def _check_lengths(texts: Sequence[str], names: Sequence[str], limit: int) -> None:
+    for text, name in zip(texts, names):
+        if len(text) > limit:
+            raise TextTooLong(name, len(text), limit)
+
+
+def _check_beams(settings: Settings, options: DecodeOptions) -> None:
+    if options.num_beams is not None and options.num_beams > settings.beam_limit:
+        raise TooManyBeams(options.num_beams, settings.beam_limit)
+
+
 async def translate(provider: ModelProvider, job: TranslationJob, model: str | None = None, *,
-                    detect_missing: bool = True) -> TranslationResult:
+                    detect_missing: bool = True,
+                    spending: AbstractAsyncContextManager = nullcontext()) -> TranslationResult:
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
-    Every translation of texts passes here: the number of texts is checked here, once."""
-    limit = provider.settings.max_texts
-    if len(job.texts) > limit:
-        raise InvalidRequest(f"{job.texts_field} has {len(job.texts)} items; at most {limit}", field=job.texts_field,
-                             limit=limit)
-    return await _translate(provider, job, model, detect_missing)
+    `spending`: the caller's charge for the work (api.keys.Keys.spending), entered once the limits hold."""
+    _check_count(provider.settings, len(job.texts))
+    return await _translate(provider, job, model, detect_missing, spending)
 
 
-async def _translate(provider: ModelProvider, job: TranslationJob, model: str | None,
-                     detect_missing: bool) -> TranslationResult:
-    """Every translation passes here, a file's too (the request's limits bound its texts, not max_texts): the
-    request's characters are checked here, once, before detection reads them (markup as sent: no DTD expands it,
-    so the text translated is never more)."""
-    count, limit = sum(map(len, job.texts)), provider.settings.max_request_chars
-    if count > limit:
-        raise InvalidRequest(f"{job.texts_field}: the request has {count} characters; at most {limit}",
-                             field=job.texts_field, limit=limit)
+async def _translate(provider: ModelProvider, job: TranslationJob, model: str | None, detect_missing: bool,
+                     spending: AbstractAsyncContextManager) -> TranslationResult:
+    """Every translation passes here, a file's too (the request's limits bound its texts, not max_texts)."""
+    settings = provider.settings
+    _check_characters(settings, job.texts)
+    _check_lengths(job.texts, job.fields, settings.max_document_chars)
+    _check_beams(settings, job.options)
+    async with spending:
+        return await _translate_detected(provider, job, model, detect_missing)
+
+
+async def _translate_detected(provider: ModelProvider, job: TranslationJob, model: str | None,
+                              detect_missing: bool) -> TranslationResult:
     if not is_auto(job.source_lang, detect_missing):
         return await (await provider.get(model, job.source_lang, job.target_lang)).translate(job)
     candidates = _candidates(provider, model, job.target_lang, everything=False)
@@ -104,6 +140,18 @@ async def _translate(provider: ModelProvider, job: TranslationJob, model: str | 
     detected = [_ranked(_readable(text, name, job.text_options.format), languages)[0] if text.strip() else None
                 for text, name in zip(job.texts, job.fields)]
     return await _translate_groups(provider, model, job, detected)
+
+
+async def generator(provider: ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
+                    per_text: int = 1) -> ServedModel:
+    """The model that runs `jobs` (they share their languages), once their limits hold: the number of sequences
+    (`per_text` consecutive jobs for each text, as OpenAI's n asks), each text's characters, the beams."""
+    settings = provider.settings
+    _check_count(settings, len(jobs) // per_text, per_text)
+    _check_lengths([job.text for job in jobs], [job.field for job in jobs], settings.max_generate_chars)
+    for job in jobs:
+        _check_beams(settings, job.options)
+    return await provider.get(model, jobs[0].source_lang, jobs[0].target_lang)
 
 
 async def _translate_groups(provider: ModelProvider, model: str | None, job: TranslationJob,
@@ -156,15 +204,17 @@ async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> Pa
 
 
 async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lang: str | None,
-                         target_lang: str | None, model: str | None = None) -> bytes:
+                         target_lang: str | None, model: str | None = None,
+                         spending: AbstractAsyncContextManager = nullcontext()) -> bytes:
     """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
     paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
     not max_texts, bound a file."""
     if not parsed.texts:
-        return await asyncio.to_thread(parsed.write, [])
+        async with spending:  # charged as any file is, so that a spent quota answers the same
+            return await asyncio.to_thread(parsed.write, [])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags)
     job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
-                         source_lang=source_lang, target_lang=target_lang, texts_field="file", text_options=options)
-    result = await _translate(provider, job, model, detect_missing=False)
+                         source_lang=source_lang, target_lang=target_lang, text_options=options)
+    result = await _translate(provider, job, model, False, spending)
     return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])

@@ -13,7 +13,8 @@ from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import BadBody, InvalidRequest, RequestTimeout
+from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManySentences,
+                      TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .windows import decode_all
@@ -53,22 +54,17 @@ class ModelService:
                                      field=name, limit=self.settings.max_input_tokens)
         return sources
 
-    def _params(self, options: DecodeOptions, beams_field: str, tokens_field: str = "max_new_tokens") -> DecodeParams:
-        """The request's choices over the model's defaults (ModelBundle.decode_params), within the server's limits:
-        a choice above a limit is refused, a model default above one is lowered to it."""
+    def _params(self, options: DecodeOptions) -> DecodeParams:
+        """The request's choices over the model's defaults (ModelBundle.decode_params), within the model's limits:
+        a choice above a limit is refused, a model default above one is lowered to it. (The beams a request may ask
+        for are checked by front.dispatch, which every job passes.)"""
         s, choices = self.settings, options.choices()
-        if options.max_new_tokens is not None and options.max_new_tokens > s.max_new_tokens:
-            raise InvalidRequest(f"{tokens_field} {options.max_new_tokens} is above the limit {s.max_new_tokens}",
-                                 field=tokens_field, limit=s.max_new_tokens)
-        if options.min_new_tokens is not None and options.min_new_tokens > s.max_new_tokens:
-            raise InvalidRequest(f"min_new_tokens {options.min_new_tokens} is above the limit {s.max_new_tokens}",
-                                 field="min_new_tokens", limit=s.max_new_tokens)
-        if options.num_beams is not None and options.num_beams > s.beam_limit:
-            raise InvalidRequest(f"{beams_field} {options.num_beams} is above the limit {s.beam_limit}",
-                                 field=beams_field, limit=s.beam_limit)
+        for knob in ("max_new_tokens", "min_new_tokens"):
+            asked = getattr(options, knob)
+            if asked is not None and asked > s.max_new_tokens:
+                raise TooManyTokens(knob, asked, s.max_new_tokens)
         if options.num_beams not in (None, 1) and self.bundle.samples(choices):
-            raise InvalidRequest("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam",
-                                 field=beams_field, limit=1)
+            raise SamplingNeedsOneBeam()
         params = self.bundle.decode_params(**{**choices, "num_return_sequences": 1})
         beams = min(params.num_beams, s.beam_limit)
         if options.n_best > beams:
@@ -80,17 +76,16 @@ class ModelService:
     # ---- translation -------------------------------------------------------------------------------------
     async def translate(self, job: TranslationJob) -> TranslationResult:
         """Each text is cut into sentences (or its markup's text runs), every sentence is one sequence in the
-        running batch, and each text is rebuilt from its sentences' translations. (The number of texts and the request's
+        running batch, and each text is rebuilt from its sentences' translations. (The number of texts and the
         characters are checked by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
-        params = self._params(job.options, job.beams_field)
+        params = self._params(job.options)
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])
         limit = self.settings.max_request_units
         if len(documents.units) > limit:
-            raise InvalidRequest(f"{job.texts_field}: the request has {len(documents.units)} sentences to translate; "
-                                 f"at most {limit}", field=job.texts_field, limit=limit)
+            raise TooManySentences(len(documents.units), limit)
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
         sources = self._sources(documents.units, fields, source_lang, targets, encoded)
@@ -110,10 +105,6 @@ class ModelService:
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
                   target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:
-        limit = self.settings.max_document_chars
-        if len(text) > limit:
-            raise InvalidRequest(f"{field} has {len(text)} characters; at most {limit}", field=field, limit=limit)
-
         def fits(sentence: str) -> bool:
             key = (target_lang, sentence)
             if key not in encoded:
@@ -154,9 +145,9 @@ class ModelService:
     # ---- generation --------------------------------------------------------------------------------------
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         """Text pieces as they are decoded, then one event with finish_reason and token counts."""
-        params = self._params(job.options, job.beams_field, job.tokens_field)
+        params = self._params(job.options)
         source_lang, [(text, target)] = self._targets(job.source_lang, job.target_lang, (job.text,), translating=False)
-        source, = self._sources([text], [job.text_field], source_lang, [target])
+        source, = self._sources([text], [job.field], source_lang, [target])
         (sequence, queue), = self.engine.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
         detok = IncrementalDetokenizer(self.bundle.decode)
         stops = [s for s in job.stop if s]
