@@ -240,3 +240,34 @@ def test_bad_bodies_and_streaming_through_the_real_server(tiny_server):
     with httpx.stream("POST", f"{tiny_server}/v1/generate", json={**body, "stream": True}, timeout=30) as r:
         events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data: {")]
     assert "".join(e["text"] for e in events) == whole["text"] and events[-1]["usage"] == whole["usage"]
+
+
+def test_an_included_router_shows_its_route_template_to_middleware():
+    """Settles whether FastAPI's include_router hides the route template from ASGI middleware (RequestMetrics
+    labels requests by `scope["route"].path`): it does not, so each API may be an APIRouter of its own."""
+    from fastapi import APIRouter, FastAPI
+    from fastapi.testclient import TestClient
+
+    templates = []
+
+    class RouteOf:
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            await self.app(scope, receive, send)
+            if scope["type"] == "http":
+                templates.append(scope["route"].path)
+
+    router = APIRouter(prefix="/v9")
+
+    @router.get("/items/{name}")
+    async def item(name: str):
+        return {"name": name}
+
+    app = FastAPI()
+    app.include_router(router)
+    app.add_middleware(RouteOf)
+    with TestClient(app) as client:
+        assert client.get("/v9/items/abc").json() == {"name": "abc"}
+    assert templates == ["/v9/items/{name}"]
