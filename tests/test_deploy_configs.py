@@ -185,6 +185,19 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
         "no room for health checks beside a full engine"
 
 
+def test_config_writes_the_request_limits_the_app_derives(config):
+    """`serve run` with a config queues as `python -m server` does: the request limits the config writes under
+    ModelServer are those build() gives the deployment for the config's args, and there is one rule for them."""
+    app = config["applications"][0]
+    deployment_module = importlib.import_module(split_import_path(app["import_path"])[0])
+    settings = Settings(**{k: Settings.coerce(k, v) for k, v in app["args"].items() if k not in BUILD_APP_KEYS})
+    configured = deployment(config, "ModelServer")
+    limits = deployment_module.request_limits(settings)
+    assert {key: configured[key] for key in limits} == limits
+    built = deployment_module.build(settings, registry=None)._bound_deployment._deployment_config
+    assert {key: getattr(built, key) for key in limits} == limits
+
+
 # --- Python objects the deploy files name ------------------------------------------------------------------------
 
 IMPORT_PATH_KEYS = {"import_path", "worker_process_setup_hook"}  # Serve application builder; Ray runtime_env hook

@@ -46,25 +46,34 @@ def services_health(services: list[ModelService], stale_after_s: float) -> tuple
     return True, f"{len(services)} model(s) loaded"
 
 
-class LocalModels:
-    """The ModelProvider (front.ModelProvider) of a process that loads every registered model itself."""
+class RegisteredModels:
+    """What every ModelProvider (front.ModelProvider) of this server answers alike, wherever its models are loaded:
+    the registry's models, and the metrics of this node."""
 
     def __init__(self, settings: Settings, registry: ModelRegistry):
         self.registry, self.settings = registry, settings
+
+    def models(self) -> list[ModelInfo]:
+        return [model_info(entry, self.settings) for entry in self.registry.entries.values()]
+
+    def metrics_text(self) -> bytes:
+        """This process's metrics, or in multiprocess mode (workers, Serve replicas) every process's on this node."""
+        return metrics.scrape()
+
+
+class LocalModels(RegisteredModels):
+    """The ModelProvider of a process that loads every registered model itself."""
+
+    def __init__(self, settings: Settings, registry: ModelRegistry):
+        super().__init__(settings, registry)
         self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
     async def get(self, name: str | None, source_lang: str | None = None,
                   target_lang: str | None = None) -> ModelService:
         return self.services[self.registry.resolve(name, source_lang, target_lang)]
 
-    def models(self) -> list[ModelInfo]:
-        return [model_info(entry, self.settings) for entry in self.registry.entries.values()]
-
     async def health(self, stale_after_s: float) -> tuple[bool, str]:
         return services_health(list(self.services.values()), stale_after_s)
-
-    def metrics_text(self) -> bytes:
-        return metrics.scrape()
 
     def close(self) -> None:
         for service in self.services.values():
