@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -46,17 +46,12 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    native.add_routes(app, app.state.served)
-    libretranslate.STYLE.add_routes(app)
-    deepl.STYLE.add_routes(app)
-    openai.STYLE.add_routes(app)
-    app.router.add_api_route("/healthz", healthz, methods=["GET"])
-    app.router.add_api_route("/readyz", readyz, methods=["GET"])
-    app.router.add_api_route("/metrics", metrics, methods=["GET"])
-    if settings.ui:
-        page.add_routes(app)
+    routers = [native.router(app.state.served), libretranslate.router, deepl.router, openai.router, OPERATIONS,
+               *([page.router()] if settings.ui else [])]
+    for router in routers:
+        app.include_router(router)
     app.router.on_startup.append(dispatch.load_detection)
-    paths = {route.path for route in app.routes}
+    paths = {route.path for router in routers for route in router.routes}  # app.routes holds the routers
     return app
 
 
@@ -82,17 +77,23 @@ async def unexpected(_: Request, exc: Exception):
     return NATIVE.render(ServerError(f"internal error: {type(exc).__name__}"))
 
 
+OPERATIONS = APIRouter()  # what orchestrators and scrapers ask: health, readiness, metrics
+
+
+@OPERATIONS.get("/healthz")
 async def healthz(request: Request):
     state = served(request)
     ok, detail = await state.provider.health(state.settings.health_stale_s)
     return JSONResponse({"status": "ok" if ok else "unhealthy", "detail": detail}, status_code=200 if ok else 503)
 
 
+@OPERATIONS.get("/readyz")
 async def readyz(request: Request):
     state = served(request)
     ok, detail = await state.provider.health(state.settings.ready_stale_s)
     return JSONResponse({"status": "ready" if ok else "not ready", "detail": detail}, status_code=200 if ok else 503)
 
 
+@OPERATIONS.get("/metrics")
 async def metrics(request: Request):
     return Response(served(request).provider.metrics_text(), media_type=CONTENT_TYPE_LATEST)

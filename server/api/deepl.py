@@ -18,16 +18,16 @@ from pydantic import BaseModel, Field, field_validator
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters
 from ..front import dispatch
-from .deps import AppState, served
+from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
-from .reading import Params, caller_of, present, read_params, validated
+from .reading import Params, present, read_params, validated
 from .streaming import json_response, until_disconnect
 
 MAX_TEXTS = 50  # DeepL's limit per request
 NO_CHARACTER_LIMIT = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
-INVALID_KEY = "Invalid auth key: send Authorization: DeepL-Auth-Key <key>"
+AUTH_KEY = KeySending("deepl-auth-key", "auth_key", "Invalid auth key: send Authorization: DeepL-Auth-Key <key>")
 TAG_LISTS = ("ignore_tags", "non_splitting_tags", "splitting_tags")
 # DeepL's target codes name a variety where its source codes do not.
 TARGET_VARIANTS = {"EN": ("EN-GB", "EN-US"), "PT": ("PT-BR", "PT-PT")}
@@ -44,6 +44,7 @@ def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
 
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
                                                    InvalidKey: 403, QuotaExceeded: 456})
+router = STYLE.router()
 
 
 class TranslateForm(BaseModel):
@@ -114,11 +115,6 @@ def translate_response(result: TranslationResult, texts: list[str], source_lang:
         for t, text in zip(result.texts, texts)])
 
 
-def deepl_key(request: Request, params: Params):
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
-    return key.strip() if scheme.lower() == "deepl-auth-key" else params.first("auth_key")
-
-
 def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntry]:
     if kind == "source":
         codes = dict.fromkeys(code.partition("-")[0].upper() for code in languages.sources)
@@ -128,15 +124,16 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntr
     return [LanguageEntry(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
-async def caller(request: Request, state: AppState, work: bool = False) -> tuple[str, Params]:
+async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
+    """The caller, from the key as DeepL's clients send it, and the request's parameters."""
     params = await read_params(request)
-    return await caller_of(request, state.keys, deepl_key(request, params), INVALID_KEY, work), params
+    return await caller_of(request, AUTH_KEY, params, work), params
 
 
-@STYLE.route("/v2/translate", ["POST"], response_model=TranslateResponse)
+@router.post("/v2/translate", response_model=TranslateResponse)
 async def translate(request: Request):
     state = served(request)
-    who, params = await caller(request, state, work=True)
+    who, params = await caller(request, work=True)
     data = present(params, list(TranslateForm.model_fields), lists=("text",))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
     form = validated(TranslateForm, data, missing, invalid)
@@ -162,26 +159,25 @@ async def translate(request: Request):
     return await until_disconnect(request, work())
 
 
-@STYLE.route("/v2/languages", ["GET", "POST"], response_model=list[LanguageEntry])
+@router.api_route("/v2/languages", methods=["GET", "POST"], response_model=list[LanguageEntry])
 async def languages(request: Request):
     state = served(request)
-    _, params = await caller(request, state)
+    _, params = await caller(request)
     kind = str(params.first("type") or "source").lower()
     if kind not in ("source", "target"):
         raise InvalidRequest(invalid("type", "source or target"), field="type")
     return language_entries(ServedLanguages.of(state.provider), kind)
 
 
-@STYLE.route("/v2/usage", ["GET", "POST"])
+@router.api_route("/v2/usage", methods=["GET", "POST"])
 async def usage(request: Request):
     state = served(request)
-    who, _ = await caller(request, state)
+    who, _ = await caller(request)
     used, quota = await state.keys.usage(who)
     return {"character_count": used, "character_limit": quota or NO_CHARACTER_LIMIT}
 
 
-@STYLE.route("/v2/glossary-language-pairs", ["GET"])
+@router.get("/v2/glossary-language-pairs")
 async def glossary_language_pairs(request: Request):
-    state = served(request)
-    await caller(request, state)
+    await caller(request)
     return {"supported_languages": []}

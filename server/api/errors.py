@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Union
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -108,12 +108,11 @@ BAD_REQUEST: Mapping[type[ServerError], Entry] = {InvalidRequest: 400, UnknownMo
 @dataclass(frozen=True)
 class ErrorStyle:
     """How one API writes an error: `body(error, status)`, with the API's status and wording for the error's class
-    from `table` (the domain error's own where the table has none), and the routes whose errors it renders."""
+    from `table` (the domain error's own where the table has none)."""
 
     body: Callable[[ServerError, int], dict]
     owns: Callable[[str], bool]  # whether a request path belongs to this API
     table: Mapping[type[ServerError], Entry] = field(default_factory=dict)
-    routes: list[tuple[str, Callable, list[str], dict]] = field(default_factory=list)
 
     def answer(self, error: ServerError, names: Names = Names()) -> tuple[ServerError, int]:
         """The error as this API words it, and its status: the table's first entry along the error's classes."""
@@ -129,27 +128,20 @@ class ErrorStyle:
         worded, status = self.answer(error, names)
         return JSONResponse(self.body(worded, status), status_code=status, headers=error.headers())
 
-    def route(self, path: str, methods: list[str], **options):
-        """Decorator: a module-level handler of this API at `path` (added to an app by add_routes)."""
-        def register(endpoint):
-            self.routes.append((path, endpoint, methods, options))
-            return endpoint
-
-        return register
-
-    def add_routes(self, app: FastAPI) -> None:
-        """This API's routes on `app` itself, their errors in this style, left out of the OpenAPI document (which
+    def router(self) -> APIRouter:
+        """A router for this API's routes, their errors in this style, left out of the OpenAPI document (which
         describes the native API; each compatible API follows its own published one)."""
-        route_class = self.route_class()
-        for path, endpoint, methods, options in self.routes:
-            app.router.add_api_route(path, endpoint, methods=methods, route_class_override=route_class,
-                                     include_in_schema=False, response_model_exclude_none=True, **options)
+        return APIRouter(route_class=self.route_class(), include_in_schema=False)
 
     def route_class(self) -> type[APIRoute]:
-        """An APIRoute whose handler renders every error in this style."""
+        """An APIRoute whose handler renders every error in this style, and whose answers leave None fields out (as
+        the compatible APIs' own documents show them)."""
         style = self
 
         class StyledRoute(APIRoute):
+            def __init__(self, path: str, endpoint: Callable, **options):
+                super().__init__(path, endpoint, **{**options, "response_model_exclude_none": True})
+
             def get_route_handler(self):
                 handler = super().get_route_handler()
 

@@ -23,16 +23,16 @@ from model import SUFFIXES
 from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJob, TranslationResult
 from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacters
 from ..front import dispatch
-from .deps import AppState, served
+from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .keys import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
-from .reading import caller_of, present, read_params, validated
+from .reading import present, read_params, validated
 from .streaming import json_response, until_disconnect
 
 PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/frontend/settings", "/health"})
 DOWNLOADS = "/download_file/"
-INVALID_KEY = "Invalid API key"
+API_KEY = KeySending(None, "api_key", "Invalid API key")
 
 
 def owns(path: str) -> bool:
@@ -55,6 +55,7 @@ def over_alternatives(error: TooManyBeams, names: Names) -> ServerError:
 STYLE = ErrorStyle(message_only("error"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
                                                  TooManyBeams: over_alternatives, InvalidKey: 403,
                                                  QuotaExceeded: 403})
+router = STYLE.router()
 
 
 class TranslateForm(BaseModel):
@@ -130,11 +131,11 @@ def check_languages(state: AppState, source: str, target: str) -> None:
             raise InvalidRequest(f"{code} is not supported", field=side)
 
 
-@STYLE.route("/translate", ["POST"], response_model=TranslateResponse)
+@router.post("/translate", response_model=TranslateResponse)
 async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
-    caller = await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    caller = await caller_of(request, API_KEY, params, work=True)
     form = validated(TranslateForm, present(params, ["q", "source", "target", "format", "alternatives"]), missing,
                      invalid)
     single = isinstance(form.q, str)
@@ -158,11 +159,11 @@ async def translate(request: Request):
     return await until_disconnect(request, work())
 
 
-@STYLE.route("/detect", ["POST"], response_model=list[Detection])
+@router.post("/detect", response_model=list[Detection])
 async def detect(request: Request):
     state = served(request)
     params = await read_params(request)
-    await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    await caller_of(request, API_KEY, params, work=True)
     form = validated(DetectForm, present(params, ["q"]), missing, invalid)
     if not form.q:
         raise InvalidRequest(missing("q"), field="q")
@@ -170,14 +171,14 @@ async def detect(request: Request):
     return [detection(found) for found in dispatch.detect(state.provider, form.q)]
 
 
-@STYLE.route("/translate_file", ["POST"], response_model=FileTranslated)
+@router.post("/translate_file", response_model=FileTranslated)
 async def translate_file(request: Request):
     """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
     is charged the characters of its text against the character quota."""
     state = served(request)
     naming(request, "file")
     params = await read_params(request)
-    caller = await caller_of(request, state.keys, params.first("api_key"), INVALID_KEY, work=True)
+    caller = await caller_of(request, API_KEY, params, work=True)
     upload = params.first("file")
     if not isinstance(upload, UploadFile):
         raise InvalidRequest(missing("file"), field="file")
@@ -199,7 +200,7 @@ async def translate_file(request: Request):
     return await until_disconnect(request, work())
 
 
-@STYLE.route("/download_file/{name}", ["GET"])
+@router.get("/download_file/{name}")
 async def download_file(name: str, request: Request):
     state = served(request)
     stored = state.downloads.get(name)
@@ -209,7 +210,7 @@ async def download_file(name: str, request: Request):
                     headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(stored.filename)}"})
 
 
-@STYLE.route("/languages", ["GET", "POST"], response_model=list[LanguageEntry])
+@router.api_route("/languages", methods=["GET", "POST"], response_model=list[LanguageEntry])
 async def languages(request: Request):
     state = served(request)
     languages = ServedLanguages.of(state.provider)
@@ -217,7 +218,7 @@ async def languages(request: Request):
     return [LanguageEntry(code=code, name=language_name(code), targets=languages.targets_of(code)) for code in codes]
 
 
-@STYLE.route("/frontend/settings", ["GET"])
+@router.get("/frontend/settings")
 async def frontend_settings(request: Request):
     state = served(request)
     target = ServedLanguages.of(state.provider).targets[0]
@@ -228,7 +229,7 @@ async def frontend_settings(request: Request):
                          "target": {"code": target, "name": language_name(target)}}}
 
 
-@STYLE.route("/health", ["GET"])
+@router.get("/health")
 async def health(request: Request):
     state = served(request)
     ok, detail = await state.provider.health(state.settings.health_stale_s)

@@ -6,7 +6,7 @@ from pathlib import PurePath
 from typing import Callable
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -177,19 +177,16 @@ def with_body(handler: Callable, schema: type) -> Callable:
     return endpoint
 
 
-def add_routes(app: FastAPI, state: AppState) -> None:
-    """The /v1 routes on `app` itself (FastAPI's included routers hide the route template from middleware), guarded
-    by the caller's key where keys or limits are configured."""
+def router(state: AppState) -> APIRouter:
+    """The /v1 routes, guarded by the caller's key where keys or limits are configured; made with the app, as the
+    request schemas carry this server's limits."""
     TranslateBody, GenerateBody = request_schemas(state.settings)
-    guarded = [Depends(authorize)] if state.keys.enforcing else []
-
-    def add(path, endpoint, methods, **options):
-        app.router.add_api_route(path, endpoint, methods=methods, dependencies=guarded, **options)
-
-    add("/v1/translate", with_body(translate, TranslateBody), ["POST"], response_model=TranslateResponse,
-        response_model_exclude_none=True)
-    add("/v1/translate/file", translate_file, ["POST"], response_class=Response, openapi_extra=FILE_FORM,
-        responses={200: {"content": {"application/octet-stream": {}}}})
-    add("/v1/generate", with_body(generate, GenerateBody), ["POST"], response_model=GenerateResponse,
-        responses={200: {"content": {"text/event-stream": {}}}})
-    add("/v1/models", models, ["GET"], response_model=ModelList)
+    routes = APIRouter(dependencies=[Depends(authorize)] if state.keys.enforcing else [])
+    routes.add_api_route("/v1/translate", with_body(translate, TranslateBody), methods=["POST"],
+                         response_model=TranslateResponse, response_model_exclude_none=True)
+    routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
+                         openapi_extra=FILE_FORM, responses={200: {"content": {"application/octet-stream": {}}}})
+    routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
+                         response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
+    routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)
+    return routes

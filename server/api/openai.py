@@ -27,14 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..domain import DecodeOptions, GenerationJob, StreamEvent
 from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
 from ..front import dispatch
-from .deps import AppState, served
+from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
 from .keys import QuotaExceeded, characters
-from .reading import caller_of, read_params, validated
+from .reading import read_params, validated
 from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
 
 PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
-INVALID_KEY = "Incorrect API key provided: send Authorization: Bearer <key>"
+BEARER = KeySending("bearer", None, "Incorrect API key provided: send Authorization: Bearer <key>")
 # Parameters with no meaning here: refused (400 naming them) unless given their neutral value.
 UNSUPPORTED = {"echo": (False,), "suffix": ("",), "logprobs": (False,), "top_logprobs": (0,), "best_of": (1,),
                "logit_bias": ({},), "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
@@ -53,6 +53,7 @@ def over_choices(error: TooManyTexts, names: Names) -> ServerError:
 
 STYLE = ErrorStyle(openai_body, owns, {**LIMITS, **BAD_REQUEST, TooManyTexts: over_choices, UnknownModel: 404,
                                        InvalidKey: 401, QuotaExceeded: 429})
+router = STYLE.router()
 
 
 class StreamOptions(BaseModel):
@@ -186,11 +187,9 @@ def jobs(body: Knobs, texts: list[str], fields: list[str]) -> list[GenerationJob
             for text, name in zip(texts, fields) for sample in range(body.n)]
 
 
-async def read(request: Request, state: AppState, schema: type[Knobs]) -> tuple[str, Knobs]:
+async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
     """The caller (from `Authorization: Bearer`, counted against its rate limit) and the body."""
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
-    key = key.strip() if scheme.lower() == "bearer" else None
-    who = await caller_of(request, state.keys, key, INVALID_KEY, work=True)
+    who = await caller_of(request, BEARER, work=True)
     params = await read_params(request)
     data = {name: params.first(name) for name in params.values}
     refuse_unsupported(data)
@@ -198,10 +197,10 @@ async def read(request: Request, state: AppState, schema: type[Knobs]) -> tuple[
                           lambda name, why: f"{name}: {why}")
 
 
-@STYLE.route("/v1/completions", ["POST"])
+@router.post("/v1/completions")
 async def completions(request: Request):
     state = served(request)
-    who, body = await read(request, state, CompletionRequest)
+    who, body = await read(request, CompletionRequest)
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     if not prompts:
         raise InvalidRequest("prompt: at least one prompt is required", field="prompt")
@@ -210,10 +209,10 @@ async def completions(request: Request):
     return await answer(request, state, who, COMPLETION, body, prompts, jobs(body, prompts, fields))
 
 
-@STYLE.route("/v1/chat/completions", ["POST"])
+@router.post("/v1/chat/completions")
 async def chat_completions(request: Request):
     state = served(request)
-    who, body = await read(request, state, ChatRequest)
+    who, body = await read(request, ChatRequest)
     template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
     text = chat_text(body.messages, template)
     naming(request, "messages", max_new_tokens=token_limit(body)[0])

@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -58,7 +58,8 @@ class Page:
         return asset.response(request, FOREVER)
 
 
-def add_routes(app: FastAPI) -> None:
-    page = Page()
+def router() -> APIRouter:
+    page, routes = Page(), APIRouter(include_in_schema=False)
     for path, endpoint in (("/", page.serve_index), ("/ui/{version}/{name}", page.serve_asset)):
-        app.router.add_api_route(path, endpoint, methods=["GET", "HEAD"], include_in_schema=False)
+        routes.add_api_route(path, endpoint, methods=["GET", "HEAD"])
+    return routes

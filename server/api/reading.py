@@ -1,4 +1,4 @@
-"""What every compatible route reads from a request: its parameters, wherever the client put them, and the caller.
+"""What every compatible route reads from a request: its parameters, wherever the client put them.
 
 Clients put parameters in a JSON object, a urlencoded or multipart form, or the query string, even on a POST
 (deep-translator sends only a query string; the DeepL client sends a form body on a GET). All of them are read;
@@ -15,8 +15,6 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BadBody, InvalidRequest
-from .errors import InvalidKey
-from .keys import Keys
 
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 Schema = TypeVar("Schema", bound=BaseModel)
@@ -78,14 +76,3 @@ def validated(schema: type[Schema], data: dict[str, Any], missing: Callable[[str
 def present(params: Params, names: list[str], lists: tuple[str, ...] = ()) -> dict[str, Any]:
     """The parameters among `names` that the request gave: the first value of each, every value of `lists`."""
     return {name: params.many(name) if name in lists else params.first(name) for name in names if name in params}
-
-
-async def caller_of(request: Request, keys: Keys, key: Any, rejected: str, work: bool) -> str:
-    """Who is calling (see Keys.caller): an empty key is no key; a rejected one is a 403 saying `rejected`.
-    A `work` request (one that translates or detects) counts against the caller's rate limit."""
-    caller = keys.caller(key if isinstance(key, str) and key else None, request.client and request.client.host)
-    if caller is None:
-        raise InvalidKey(rejected, field="api_key")
-    if work:
-        await keys.admit(caller)
-    return caller
