@@ -3,6 +3,7 @@
 import json
 import pickle
 import time
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -350,3 +351,15 @@ def test_limit_errors_cross_processes_whole(error):
     """A model's replica (Ray) or engine process raises them on the other side of a pickle."""
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error) and vars(copy) == vars(error) and copy.args == error.args
+
+
+def test_a_request_over_a_limit_is_refused_before_it_is_charged(checkpoint, tmp_path):
+    """The front checks the limits before it enters the caller's charge: a request over max_request_chars is
+    answered with the limit's error in every API, even past the quota, and costs nothing."""
+    settings = replace(LIMITED, character_quota=60, key_store=str(tmp_path / "keys.sqlite"))
+    over = ["a" * 30, "b" * 31]
+    with in_process_client(settings, [str(checkpoint)]) as c:
+        assert c.post("/v1/translate", json={"text": over}).status_code == 422
+        assert c.post("/translate", json={"q": over, **LT}).status_code == 400
+        assert c.post("/v2/translate", json={"text": over, "target_lang": "DE"}).status_code == 413
+        assert c.get("/v2/usage").json() == {"character_count": 0, "character_limit": 60}
