@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class InvalidKey(ServerError):
-    """A compatible API's key is missing or not configured (both APIs answer 403)."""
+    """A compatible API's key is missing or not configured (LibreTranslate and DeepL answer 403, OpenAI 401)."""
 
     status, code = 403, "invalid_api_key"
 
@@ -98,10 +98,11 @@ def sampling_with_beams(error: SamplingNeedsOneBeam, names: Names) -> ServerErro
     return InvalidRequest(error.message, field=names.knob("num_beams"), limit=error.limit)
 
 
+# The front's limit errors as every API words them, unless its own table says otherwise.
 LIMITS: Mapping[type[ServerError], Entry] = {
     TooManyTexts: over_items, TooManyCharacters: over_characters, TooManySentences: over_sentences,
     TooManyBeams: over_beams, TooManyTokens: over_tokens, SamplingNeedsOneBeam: sampling_with_beams}
-# Both compatible APIs know one status for a bad request, where the native API tells 400, 404 and 422 apart.
+# The compatible APIs know one status for a bad request, where the native API tells 400, 404 and 422 apart.
 BAD_REQUEST: Mapping[type[ServerError], Entry] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
 
 
