@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
-    from .keystore import KeyStore, KeyStoreError
+    from .key_store import KeyStore, KeyStoreError
 
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))  # one file for every process
     try:

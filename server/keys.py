@@ -1,4 +1,4 @@
-"""python -m server.keys add|list|remove|usage: manage the key store (server.keystore) of a server.
+"""python -m server.keys add|list|remove|usage: manage the key store (server.key_store) of a server.
 
     python -m server.keys add --name alice --rate-limit-per-minute 60 --character-quota 500000
     python -m server.keys list
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .keystore import KeyStore, KeyStoreError
+from .key_store import KeyStore, KeyStoreError
 from .settings import Settings
 
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 from server_process import ROOT, running_server
 
-from server.keystore import KeyStore
+from server.key_store import KeyStore
 
 ENV_KEY = "env-key-of-the-defaults"
 TEXT = "forty-two"  # 9 characters

@@ -7,8 +7,8 @@ import time
 import pytest
 from server_process import in_process_client
 
-from server.api.keys import Keys, QuotaExceeded, RateLimited
-from server.keystore import KeyStore, key_id
+from server.api.access import Keys, QuotaExceeded, RateLimited
+from server.key_store import KeyStore, key_id
 from server.settings import Settings
 
 FORTY_TWO = "forty-two"  # 9 characters

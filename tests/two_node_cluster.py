@@ -27,8 +27,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from server.runtime.deployment import build, deploy  # noqa: E402
 from server.front.registry import ModelRegistry  # noqa: E402
-from server.keystore import KeyStore  # noqa: E402
-from server.runtime.cluster_keys import NAMESPACE  # noqa: E402
+from server.key_store import KeyStore  # noqa: E402
+from server.runtime.cluster_key_store import NAMESPACE  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 

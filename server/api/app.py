@@ -14,13 +14,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
-from ..keystore import KeyStore
+from ..key_store import KeyStore
 from ..settings import Settings
 from . import deepl, libretranslate, native, openai, page
 from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
-from .keys import Keys
+from .access import Keys
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)

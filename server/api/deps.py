@@ -18,7 +18,7 @@ from ..front import ModelProvider
 from ..settings import Settings
 from .downloads import Downloads
 from .errors import InvalidKey
-from .keys import Keys
+from .access import Keys
 from .reading import Params
 
 

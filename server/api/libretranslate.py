@@ -25,7 +25,7 @@ from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacter
 from ..front import dispatch
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
-from .keys import QuotaExceeded, characters
+from .access import QuotaExceeded, characters
 from .languages import ServedLanguages, canonical, language_name
 from .reading import present, read_params, validated
 from .streaming import json_response, until_disconnect

@@ -17,7 +17,7 @@ from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
 from .deps import AppState, authorize, caller, served
 from .errors import naming
-from .keys import characters
+from .access import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect

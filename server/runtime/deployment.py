@@ -36,7 +36,7 @@ from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJo
 from ..errors import QueueFull
 from ..front import ModelRegistry, ModelService
 from ..settings import Settings
-from .cluster_keys import cluster_key_store
+from .cluster_key_store import cluster_key_store
 from .forwarding import ReplicaModels
 from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
@@ -150,7 +150,7 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
           health_check_period_s: float = 5):
     """The application: ModelServer replicas (the HTTP app and the engines), with every Serve option of theirs set
     here (a Serve config's `deployments:` section may override them). A relative key store is resolved here, where
-    the application is built (on the head node, whose file every replica's counts go to: runtime.cluster_keys)."""
+    the application is built (on the head node, whose file every replica's counts go to: runtime.cluster_key_store)."""
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))
     model_server = ModelServer.options(
         num_replicas=replicas,

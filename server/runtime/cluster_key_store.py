@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from ..keystore import KeyStore
+from ..key_store import KeyStore
 
 HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it: pins the actor beside the file
 NAMESPACE = "seq2seq-serve"

@@ -1,12 +1,12 @@
 """API keys, per-key request rate limits and character quotas, shared by every API (native, LibreTranslate, DeepL,
-OpenAI), over the key store (server.keystore): the SQLite file every process of a machine shares.
+OpenAI), over the key store (server.key_store): the SQLite file every process of a machine shares.
 
 A caller is its key (its hash) when the store held active keys at start (SERVER_API_KEYS' among them), else its
 client address. A key's own limits apply where it has them, the server's settings (rate_limit_per_minute,
 character_quota) where it has not. The keys are read from the store again every KEYS_FRESH_S, so a key added or
 removed with `python -m server.keys` takes effect within that; the counts are the store's, exact across processes.
 The count calls are awaited: a replica off a Ray cluster's head node counts over the network
-(runtime.cluster_keys), and its event loop serves others meanwhile. Each API reads the key its own way and renders
+(runtime.cluster_key_store), and its event loop serves others meanwhile. Each API reads the key its own way and renders
 these errors in its own shape.
 """
 
@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Callable, Iterable
 
 from ..errors import ServerError
-from ..keystore import KeyRecord, KeyStore, key_id
+from ..key_store import KeyRecord, KeyStore, key_id
 from ..settings import Settings
 
 WINDOW_S = 60  # requests are counted per clock minute, which every process reads alike
