@@ -21,7 +21,7 @@ from ..front import dispatch
 from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .access import QuotaExceeded, characters
-from .languages import ServedLanguages, canonical, language_name
+from .served_languages import ServedLanguages, canonical, language_name
 from .reading import Params, present, read_params, validated
 from .streaming import json_response, until_disconnect
 

@@ -29,7 +29,7 @@ from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo,
                       TranslationJob, TranslationResult)
 from ..errors import BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts
 from ..settings import Settings
-from .languages import serves
+from .language_support import serves
 from .provider import ModelProvider, ServedModel
 
 AUTO = "auto"

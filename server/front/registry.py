@@ -14,7 +14,7 @@ from model import CheckpointError, demo_model_dir, is_repo_id, iso_code, load, n
 from ..domain import LanguageInfo, ModelInfo
 from ..errors import UnknownModel
 from ..settings import Settings
-from .languages import serves
+from .language_support import serves
 
 DEMO_MODEL_NAME = "demo-numbers"
 

@@ -14,7 +14,7 @@ from langcodes import Language
 
 from ..domain import LanguageInfo, ModelInfo
 from ..front import ModelProvider
-from ..front.languages import serves
+from ..front.language_support import serves
 
 # LibreTranslate's older codes (zh was Simplified Chinese, zt Traditional, pb Brazilian Portuguese); DeepL's ZH is
 # Simplified Chinese too. Without the alias, `zh` is ambiguous on a model with both scripts.
