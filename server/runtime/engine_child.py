@@ -97,14 +97,15 @@ def serve_engine(path: str | None, settings: Settings, name: str, threads: int, 
     except Exception as e:
         outbox_conn.send(("failed", f"{type(e).__name__}: {e}"))
         return
-    server = in_passing_thread(partial(EngineServer, bundle, settings, name, outbox_conn, queued, heartbeat))
+    relay = in_passing_thread(partial(Relay, bundle, settings, name, outbox_conn, queued, heartbeat))
     gc.collect()
     gc.freeze()  # the model and the imports live as long as the process: full collections skip them (listen.py)
-    server.serve(inbox)
+    relay.run(inbox)
 
 
-class EngineServer:
-    """The engine process's side: the model's engine loop, fed from the pipe, its outputs into the outbox."""
+class Relay:
+    """The engine process's side of the pipes: the server's messages into the model's engine loop, its outputs
+    into the outbox (it serves no network: the server process does)."""
 
     def __init__(self, bundle, settings: Settings, name: str, outbox_conn: Connection, queued: QueuedCount,
                  heartbeat):
@@ -118,7 +119,8 @@ class EngineServer:
         self.sender.start()
         outbox_conn.send(("ready",))
 
-    def serve(self, inbox: Connection) -> None:
+    def run(self, inbox: Connection) -> None:
+        """Handle the server's messages until it says stop or goes away, then stop the engine loop."""
         try:
             while self.handle(inbox):
                 pass
