@@ -16,7 +16,7 @@ from ..errors import QueueFull
 from .sequence import FinalOutput, Output, Sequence, Status, TokenOutput
 
 
-class StepEvent(Protocol):
+class StepReport(Protocol):
     """What the engine reports per sequence after a step (model.StepEvent has this shape)."""
 
     key: Hashable
@@ -129,7 +129,7 @@ class Scheduler:
                     break  # nobody holds fewer
         return best
 
-    def update(self, events: list[StepEvent], now: float) -> Update:
+    def update(self, events: list[StepReport], now: float) -> Update:
         """A step's events → outputs per sequence; finished sequences leave `running`."""
         update = Update()
         for event in events:
