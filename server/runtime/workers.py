@@ -34,7 +34,7 @@ def serve(registry: ModelRegistry, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; the exit code."""
     names = ", ".join(registry.entries)
     if settings.workers == 1:
-        app = build_app(registry, settings, machine_cores())
+        app = local_app(registry, settings, machine_cores())
         print(f"serving {names} at http://{settings.host}:{settings.port}", flush=True)
         uvicorn_server(app, settings).run()
         return 0
@@ -101,7 +101,7 @@ def run_worker(registry: ModelRegistry, settings: Settings, started: Event) -> N
     os.setpgrp()  # Ctrl-C reaches the supervisor only, which stops each worker once (a second signal would cut
     # uvicorn's drain short)
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
-    app = build_app(registry, settings, machine_cores() / settings.workers)
+    app = local_app(registry, settings, machine_cores() / settings.workers)
     app.router.on_startup.append(started.set)
     uvicorn_server(app, settings).run(sockets=[reuseport_socket(settings.host, settings.port)])
 
@@ -113,7 +113,7 @@ def stop_when_orphaned(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def build_app(registry: ModelRegistry, settings: Settings, cores: float) -> FastAPI:
+def local_app(registry: ModelRegistry, settings: Settings, cores: float) -> FastAPI:
     """The app over in-process models, their engines given `cores`; the engines stop when the app shuts down."""
     from ..api import create_app
     from .local import LocalModels
