@@ -75,7 +75,7 @@ class DeepLTranslation(BaseModel):
     billed_characters: int  # always sent: the official client reads it unconditionally
 
 
-class TranslateResponse(BaseModel):
+class DeepLTranslateResponse(BaseModel):
     translations: list[DeepLTranslation]
 
 
@@ -105,12 +105,12 @@ def text_options(form: TranslateForm) -> TextOptions:
                        non_splitting_tags=tuple(form.non_splitting_tags), splitting_tags=tuple(form.splitting_tags))
 
 
-def translate_response(result: TranslationResult, texts: list[str], source_lang: str | None) -> TranslateResponse:
+def translate_response(result: TranslationResult, texts: list[str], source_lang: str | None) -> DeepLTranslateResponse:
     def source_of(translated: TranslatedText) -> str:
         found = translated.detected or next((t.detected for t in result.texts if t.detected), None)
         return (source_lang or (found.language if found else "")).upper()
 
-    return TranslateResponse(translations=[
+    return DeepLTranslateResponse(translations=[
         DeepLTranslation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text))
         for t, text in zip(result.texts, texts)])
 
@@ -130,7 +130,7 @@ async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     return await caller_of(request, AUTH_KEY, params, work), params
 
 
-@router.post("/v2/translate", response_model=TranslateResponse)
+@router.post("/v2/translate", response_model=DeepLTranslateResponse)
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)

@@ -84,7 +84,7 @@ class Detection(BaseModel):
     language: str
 
 
-class TranslateResponse(BaseModel):
+class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]
     detectedLanguage: Detection | list[Detection] | None = None  # only for source "auto"
     alternatives: list[str] | list[list[str]] | None = None  # only when asked for
@@ -114,14 +114,15 @@ def detection(found: DetectedLanguage | None) -> Detection:
     return Detection(confidence=round(100 * found.confidence, 2), language=found.language)
 
 
-def translate_response(result: TranslationResult, single: bool, auto: bool, alternatives: int) -> TranslateResponse:
+def translate_response(result: TranslationResult, single: bool, auto: bool,
+                       alternatives: int) -> LibreTranslateResponse:
     texts = [t.text for t in result.texts]
     detected = [detection(t.detected) for t in result.texts] if auto else None
     others = [[a.text for a in t.alternatives] for t in result.texts] if alternatives else None
     if single:
-        return TranslateResponse(translatedText=texts[0], detectedLanguage=detected and detected[0],
+        return LibreTranslateResponse(translatedText=texts[0], detectedLanguage=detected and detected[0],
                                  alternatives=others and others[0])
-    return TranslateResponse(translatedText=texts, detectedLanguage=detected, alternatives=others)
+    return LibreTranslateResponse(translatedText=texts, detectedLanguage=detected, alternatives=others)
 
 
 def check_languages(state: AppState, source: str, target: str) -> None:
@@ -131,7 +132,7 @@ def check_languages(state: AppState, source: str, target: str) -> None:
             raise InvalidRequest(f"{code} is not supported", field=side)
 
 
-@router.post("/translate", response_model=TranslateResponse)
+@router.post("/translate", response_model=LibreTranslateResponse)
 async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
