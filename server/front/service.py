@@ -17,7 +17,7 @@ from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneB
                       TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
-from .windows import decode_all
+from .decoding import decode_all
 
 
 class ModelService:
