@@ -172,22 +172,23 @@ class EngineStats:
         self.sink(RUNNING.name, self.model, "set", running)
         self.sink(KV_ROWS_USED.name, self.model, "set", rows_used)
 
-    def admitted(self, requests, now: float) -> None:
-        for request in requests:
-            self.sink(QUEUE_WAIT.name, (), "observe", now - request.arrived_at)
+    def admitted(self, sequences, now: float) -> None:
+        """`sequences` (engine.sequence.Sequence) joined the batch at `now`: each one's wait in the queue."""
+        for sequence in sequences:
+            self.sink(QUEUE_WAIT.name, (), "observe", now - sequence.arrived_at)
 
     def stepped(self, seconds: float, rows: int, update, now: float) -> None:
         """One engine step of `seconds` over `rows` rows and what it produced (a scheduler Update)."""
         self.sink(STEP_TIME.name, (), "observe", seconds)
         self.sink(BATCH_ROWS.name, (), "observe", rows)
-        for request in update.first_step:
-            self.sink(TIME_TO_FIRST_TOKEN.name, (), "observe", now - request.arrived_at)
-        for request in update.finished:
-            self.sink(INPUT_TOKENS.name, (), "inc", len(request.source_ids))
-            self.sink(OUTPUT_TOKENS.name, (), "inc", request.output_tokens)
-            if request.steps > 1:
+        for sequence in update.first_step:
+            self.sink(TIME_TO_FIRST_TOKEN.name, (), "observe", now - sequence.arrived_at)
+        for sequence in update.finished:
+            self.sink(INPUT_TOKENS.name, (), "inc", len(sequence.source_ids))
+            self.sink(OUTPUT_TOKENS.name, (), "inc", sequence.output_tokens)
+            if sequence.steps > 1:
                 self.sink(TIME_PER_OUTPUT_TOKEN.name, (), "observe",
-                          (now - request.first_token_at) / (request.steps - 1))
+                          (now - sequence.first_token_at) / (sequence.steps - 1))
 
     def failed(self) -> None:
         self.sink(ENGINE_FAILURES.name, (), "inc", 1)
