@@ -47,7 +47,7 @@ STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooM
 router = STYLE.router()
 
 
-class TranslateForm(BaseModel):
+class DeepLTranslateForm(BaseModel):
     text: list[str] = Field(min_length=1)
     target_lang: str = Field(min_length=1, max_length=32)
     source_lang: str | None = Field(None, max_length=32)
@@ -79,7 +79,7 @@ class DeepLTranslateResponse(BaseModel):
     translations: list[DeepLTranslation]
 
 
-class LanguageEntry(BaseModel):
+class DeepLLanguage(BaseModel):
     language: str
     name: str
     supports_formality: bool | None = None  # targets only
@@ -98,7 +98,7 @@ def tag_list(params: Params, name: str) -> list[str]:
     return [tag.strip() for value in params.many(name) for tag in str(value).split(",") if tag.strip()]
 
 
-def text_options(form: TranslateForm) -> TextOptions:
+def text_options(form: DeepLTranslateForm) -> TextOptions:
     markup = form.tag_handling or "text"
     split = form.split_sentences or ("nonewlines" if markup == "html" else "1")
     return TextOptions(format=markup, split_sentences=split, ignore_tags=tuple(form.ignore_tags),
@@ -115,13 +115,13 @@ def translate_response(result: TranslationResult, texts: list[str], source_lang:
         for t, text in zip(result.texts, texts)])
 
 
-def language_entries(languages: ServedLanguages, kind: str) -> list[LanguageEntry]:
+def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguage]:
     if kind == "source":
         codes = dict.fromkeys(code.partition("-")[0].upper() for code in languages.sources)
-        return [LanguageEntry(language=code, name=language_name(code)) for code in codes]
+        return [DeepLLanguage(language=code, name=language_name(code)) for code in codes]
     codes = dict.fromkeys(variant for code in languages.targets
                           for variant in TARGET_VARIANTS.get(code.upper(), (code.upper(),)))
-    return [LanguageEntry(language=code, name=language_name(code), supports_formality=False) for code in codes]
+    return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
@@ -134,9 +134,9 @@ async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)
-    data = present(params, list(TranslateForm.model_fields), lists=("text",))
+    data = present(params, list(DeepLTranslateForm.model_fields), lists=("text",))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
-    form = validated(TranslateForm, data, missing, invalid)
+    form = validated(DeepLTranslateForm, data, missing, invalid)
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
     if form.glossary_id is not None:
@@ -159,7 +159,7 @@ async def translate(request: Request):
     return await until_disconnect(request, work())
 
 
-@router.api_route("/v2/languages", methods=["GET", "POST"], response_model=list[LanguageEntry])
+@router.api_route("/v2/languages", methods=["GET", "POST"], response_model=list[DeepLLanguage])
 async def languages(request: Request):
     state = served(request)
     _, params = await caller(request)

@@ -58,7 +58,7 @@ STYLE = ErrorStyle(message_only("error"), owns, {**LIMITS, **BAD_REQUEST, TooMan
 router = STYLE.router()
 
 
-class TranslateForm(BaseModel):
+class LibreTranslateForm(BaseModel):
     q: str | list[str]
     source: str = Field(min_length=1, max_length=32)
     target: str = Field(min_length=1, max_length=32)
@@ -94,7 +94,7 @@ class FileTranslated(BaseModel):
     translatedFileUrl: str
 
 
-class LanguageEntry(BaseModel):
+class LibreLanguage(BaseModel):
     code: str
     name: str
     targets: list[str]
@@ -137,7 +137,7 @@ async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
     caller = await caller_of(request, API_KEY, params, work=True)
-    form = validated(TranslateForm, present(params, ["q", "source", "target", "format", "alternatives"]), missing,
+    form = validated(LibreTranslateForm, present(params, ["q", "source", "target", "format", "alternatives"]), missing,
                      invalid)
     single = isinstance(form.q, str)
     texts = [form.q] if single else form.q
@@ -211,12 +211,12 @@ async def download_file(name: str, request: Request):
                     headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(stored.filename)}"})
 
 
-@router.api_route("/languages", methods=["GET", "POST"], response_model=list[LanguageEntry])
+@router.api_route("/languages", methods=["GET", "POST"], response_model=list[LibreLanguage])
 async def languages(request: Request):
     state = served(request)
     languages = ServedLanguages.of(state.provider)
     codes = list(dict.fromkeys(languages.sources + languages.targets))
-    return [LanguageEntry(code=code, name=language_name(code), targets=languages.targets_of(code)) for code in codes]
+    return [LibreLanguage(code=code, name=language_name(code), targets=languages.targets_of(code)) for code in codes]
 
 
 @router.get("/frontend/settings")
