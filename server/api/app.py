@@ -4,6 +4,7 @@ which API's error shape answers a request."""
 from __future__ import annotations
 
 import logging
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -25,6 +26,7 @@ from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)
 
+DISTRIBUTION = "seq2seq-serve"  # pyproject.toml's name: its version there is the only one written
 STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, NATIVE)  # the first that owns a path renders its errors
 
 
@@ -33,9 +35,17 @@ def render(path: str, error: ServerError, names: Names = Names()) -> Response:
     return next(style for style in STYLES if style.owns(path)).render(error, names)
 
 
+def installed_version() -> str:
+    """The version pyproject.toml gives, as installed; "unknown" when run from a checkout never installed."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None) -> FastAPI:
     """`key_store`: where the keys and their counts are (default: the file settings.key_store names)."""
-    app = FastAPI(title="seq2seq-serve", version="0.1.0",
+    app = FastAPI(title=DISTRIBUTION, version=installed_version(),
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
     app.state.served = AppState(provider, settings, Keys(settings, key_store or KeyStore(settings.key_store)),
                                 Downloads(settings.max_downloads, settings.download_ttl_s))
