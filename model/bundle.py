@@ -23,7 +23,6 @@ from . import hub
 from .families import Family, Languages, Tokenizer, family_for
 from .generation import read_generation_defaults
 from .languages import ConflictingTarget, UnsupportedLanguage, match_language
-from .quantize import quantize_int8
 from .search import DecodeParams
 from .traced_step import trace_stacks
 from .transformer import Seq2SeqTransformer
@@ -141,7 +140,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
     """A checkpoint directory or a Hub repo id (model.hub; None: the embedded demo model) → ModelBundle.
     weights=False loads only the tokenizer and configs (network None), to describe a model without its memory.
     pack_tied_output (float32 and bfloat16 on the CPU): an output projection tied to the embeddings multiplies by a packed copy
-    of them, and (float32) one row by a transposed copy (faster steps, two more vocabulary × d_model matrices in memory).
+    of them (faster steps, one more vocabulary × d_model matrix in memory).
     traced (on the CPU): the encoder and decoder steps run traced (model.traced_step). dtype: model.dtypes
     (`auto` picks for the device)."""
     model_dir = hub.model_dir(path) if path is not None else demo_model_dir()
@@ -154,8 +153,6 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
         network = load_network(model_dir, config, family.key_map, family.ignored_keys(config), device=device,
                                dtype=DTYPES.get(dtype, torch.float32),  # int8: quantized from float32
                                pack_tied_output=pack_tied_output, int8=dtype == "int8")
-        if dtype == "int8":
-            network = quantize_int8(network)
         if network.device.type == "cpu":
             keep_freed_memory()
             if traced:

@@ -27,7 +27,7 @@ from .cpu_kernels import use_onednn_linears
 from .cpu_memory import forget_mapped_pages
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
-from .quantize import Int8Output, Int8Rows, quantize_in_blocks, quantize_linears
+from .quantize import Int8Rows, quantize_in_blocks, quantize_linears
 from .transformer import Seq2SeqTransformer
 
 # The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
@@ -185,10 +185,10 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  pack_tied_output: bool = True, int8: bool = False) -> Seq2SeqTransformer:
     """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
-    projection with its own packed and transposed copies of the embedding matrix when pack_tied_output. int8 (a
+    projection with its own packed copy of the embedding matrix when pack_tied_output. int8 (a
     float32 model on the CPU): the output projection first, a block of rows at a time (an untied one as its rows are
-    read, a tied one from the embeddings) and packed for few rows and for many (Int8Output), then each encoder and
-    decoder layer as soon as its weights are in (model.quantize), so the float32 model never exists whole."""
+    read, a tied one from the embeddings), then each encoder and decoder layer as soon as its weights are in
+    (model.quantize), so the float32 model never exists whole."""
     path, files = weight_files(model_dir)
     shapes = tensor_shapes(files)
     with without_random_init():
@@ -234,7 +234,7 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     missing = {name for name, _ in model.named_parameters()} - filled - {OUTPUT_BIAS}  # tied: listed once
     assert not missing, f"key map does not cover {sorted(missing)}"  # a bug in key_map, not in the file
     waiting = Counter(unit for unit in unit_of.values() if unit is not None)
-    if int8:  # the output projection first: its transient (int8 copies while packing) before the model is in
+    if int8:  # the output projection first: its transient (a block of float32 rows) before the model is in
         destinations = dict(sorted(destinations.items(), key=lambda item: unit_of[item[0]] != "lm_head"))
 
     def filled_one(key: str) -> None:
@@ -243,8 +243,8 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
             return
         waiting[unit] -= 1
         if waiting[unit] == 0 and unit == "lm_head":
-            int8_output = output_rows.linear(model.lm_head.bias) if own_output else quantize_in_blocks(model.lm_head)
-            model.lm_head = Int8Output(int8_output)  # packed twice here too, before the model is in
+            model.lm_head = (output_rows.linear(model.lm_head.bias) if own_output
+                             else quantize_in_blocks(model.lm_head))
         elif waiting[unit] == 0:
             quantize_linears(model.get_submodule(unit))
 

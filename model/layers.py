@@ -51,12 +51,19 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).flatten(2)  # (B, T, D)
 
 
-# float32 decoder steps (one query per row) with at least this many rows attend through two matmuls on the CPU
-# instead of scaled_dot_product_attention, whose CPU kernel reads a large KV cache at about half the memory
-# bandwidth the batched matmuls reach (the same tokens); below 8 rows the two are alike, and at one row SDPA is
-# faster (measurements: loadtests/README.md). A bfloat16 network's steps attend in float32 too, over its float32
-# cache (Seq2SeqTransformer.cache_dtype); elsewhere reduced precision keeps SDPA, which accumulates in float32.
-MATMUL_ATTENTION_MIN_ROWS = 8
+# Attention reads keys in lengths that are multiples of ATTENDED_MULTIPLE, and at least enough of them that a head's
+# product is not one torch computes with its own plain loop (under SMALL_PRODUCT multiply-adds: head size × keys for
+# one query) rather than BLAS; the rest masked. On the CPU, torch's kernels reduce a row of fewer than 16 scores (one
+# vector of float32 lanes) another way than a longer one, and the two product kernels add in different orders, so a
+# sequence's numbers would change with the longest sequence beside it; in such lengths, masked keys add exact zeros.
+ATTENDED_MULTIPLE = 16
+SMALL_PRODUCT = 400
+
+
+def attended_length(length: int, head_dim: int) -> int:
+    """The length attention reads for `length` keys of heads of `head_dim` (above)."""
+    keys = max(length, -(-SMALL_PRODUCT // head_dim))
+    return -(-keys // ATTENDED_MULTIPLE) * ATTENDED_MULTIPLE
 
 
 def fixed_in_trace(size) -> int:
@@ -69,25 +76,30 @@ def fixed_in_trace(size) -> int:
     return size
 
 
-def attends_by_matmul(rows: int, queries: int, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether attention() over (rows, H, queries, Dh) queries, not causal, takes the two matmuls instead of SDPA
-    (a choice per trace: fixed_in_trace)."""
-    rows, queries = fixed_in_trace(rows), fixed_in_trace(queries)
-    return queries == 1 and rows >= MATMUL_ATTENTION_MIN_ROWS and device.type == "cpu" and dtype == torch.float32
+def attends_by_matmul(queries: int, device: torch.device) -> bool:
+    """Whether attention() over `queries` queries a row, not causal, takes two matmuls instead of SDPA: a decoder
+    step (one query) on the CPU, whatever its row count, since SDPA's CPU kernel reads a large KV cache at about
+    half the memory bandwidth the batched matmuls reach (measurements: loadtests/README.md) and one kernel for
+    every row count gives a row the same numbers in any batch."""
+    return fixed_in_trace(queries) == 1 and device.type == "cpu"
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
               scale: float | None, is_causal: bool = False) -> torch.Tensor:
-    """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh) in q's dtype, computed in k's (a float32 KV cache under
-    bfloat16: Seq2SeqTransformer.cache_dtype). attn_mask: bool (True = attend) or additive float; scale None means
-    1/√Dh."""
+    """softmax(q·kᵀ·scale + mask)·v → (B, H, Tq, Dh) in q's dtype. On the CPU computed in float32 (a bfloat16
+    network attends over a float32 KV cache: Seq2SeqTransformer.cache_dtype; its encoder casts): bfloat16's
+    kernels block their products by the lengths, so a row's numbers would follow its neighbours'. Elsewhere in k's
+    dtype. attn_mask: bool (True = attend) or additive float; scale None means 1/√Dh."""
     dtype = q.dtype
-    if dtype != k.dtype:  # a dtype is fixed in a trace: the casts are recorded only where they happen
-        q = q.to(k.dtype)
+    compute = torch.float32 if q.device.type == "cpu" else k.dtype
+    if dtype != compute:  # a dtype is fixed in a trace: the casts are recorded only where they happen
+        q = q.to(compute)
         if attn_mask is not None and attn_mask.is_floating_point():  # T5's relative-position bias
-            attn_mask = attn_mask.to(k.dtype)
-    b, _, tq, dh = q.shape
-    if is_causal or not attends_by_matmul(b, tq, q.dtype, q.device):
+            attn_mask = attn_mask.to(compute)
+    if k.dtype != compute:
+        k, v = k.to(compute), v.to(compute)
+    dh = q.shape[-1]
+    if is_causal or not attends_by_matmul(q.shape[2], q.device):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2)).mul_(dh ** -0.5 if scale is None else scale)  # (B, H, 1, Tk)

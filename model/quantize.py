@@ -1,34 +1,84 @@
-"""int8 dynamic quantization for CPU inference: Linear weights stored as int8, activations quantized per step.
+"""int8 for CPU inference: Linear weights stored as int8, activations rounded to int8 at every product.
 
-Uses torch.ao's dynamically quantized Linear (deprecated upstream in favour of torchao, still shipped and working in
-torch 2.13) with a scale per output channel (as CTranslate2's int8): a fused projection (Q, K and V stacked) with one
-scale per matrix would round its smallest part coarsely. Embeddings stay float; the
-output projection gets its own int8 copy of the tied weight. Each Linear is swapped for its int8 one in place, so its
-float weight is freed there: quantize_dynamic leaves every Linear it replaced in a reference cycle (its qconfig's
-observer factory closes over the module), alive until the next full garbage collection. The output projection (a
-vocabulary × d_model matrix) is quantized a block of rows at a time (Int8Rows), first in a load (load_network): an
-untied one as the checkpoint is read, so its float32 matrix never exists whole; a tied one from the embeddings,
-which stay; then it is packed twice (Int8Output): torch's x86 engine (fbgemm's kernel) for a few rows, oneDNN's for
-many.
+Weights carry a scale per output channel (as CTranslate2's int8): a fused projection (Q, K and V stacked) with one
+scale per matrix would round its smallest part coarsely. Activations carry a scale per row (per token), so a row's
+rounding depends on that row alone, and the int8 × int8 product accumulates exactly in int32: a row's result is the
+same whatever else is in its step (batch invariance; torch's dynamically quantized Linear scales a whole step's
+activations by their largest value, so one sequence's numbers moved with its neighbours'). Embeddings stay float.
+
+Each Linear is replaced by its int8 one as the checkpoint's layers come in (load_network), so the float32 model
+never exists whole. A matrix is quantized a block of rows at a time (Int8Rows): the output projection (a vocabulary
+× d_model matrix) is quantized first, an untied one as its rows are read, a tied one from the embeddings, which
+stay.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-from torch.ao.quantization import per_channel_dynamic_qconfig
 
-from .cpu_kernels import use_onednn_linears
 from .cpu_memory import release_freed_memory
-from .layers import fixed_in_trace
-from .transformer import Seq2SeqTransformer
 
-# From this many rows on, the int8 output projection multiplies through oneDNN's kernel: on NLLB's 256,206 × 1,024
-# matrix it takes 141 ms at 128 rows to fbgemm's 182, about as long at 32, and twice fbgemm's time at 1 to 4 rows.
-WIDE_ROWS = 64
+INT8_MAX = 127  # symmetric: -127..127, so that a value and its negation round alike
+_TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: its values stay 0
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) float → int8 values (M, K) and float32 scales (M, 1), x ≈ values · scales: each row on a scale of
+    its own, its largest magnitude at INT8_MAX."""
+    scales = x.abs().amax(-1, keepdim=True).float().clamp_min(_TINY) / INT8_MAX
+    return torch.round(x / scales).to(torch.int8), scales
+
+
+class Int8Linear(nn.Module):
+    """y = x·Wᵀ + b with W held as int8 values (out, in) and a scale per output channel; x rounded to int8 per row
+    (quantize_rows), multiplied in int8 with int32 sums (torch._int_mm: exact, so a row's sums do not depend on
+    the kernel's blocking or on the other rows), then scaled back to float32."""
+
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = values.shape
+        self.register_buffer("values", values)  # (out, in) int8
+        self.register_buffer("scales", scales.float())  # (out,)
+        self.register_buffer("bias", None if bias is None else bias.detach().float())  # (out,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, row_scales = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
+        y = torch._int_mm(values, self.values.t()).float().mul_(row_scales).mul_(self.scales)  # (M, out)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+class Int8Rows:
+    """A Linear's weight (out_features × in_features) quantized as its rows come in, a block at a time, into an int8
+    buffer: the scale of each row depends on that row alone, so the blocks round exactly as the whole matrix would."""
+
+    def __init__(self, out_features: int, in_features: int):
+        self.shape = torch.Size((out_features, in_features))
+        self.values = torch.empty(self.shape, dtype=torch.int8)
+        self.scales = torch.empty(out_features, dtype=torch.float32)
+
+    def quantize_rows(self, first: int, block: torch.Tensor) -> None:
+        values, scales = quantize_rows(block.float())  # as the float32 parameter would hold it
+        self.values[first:first + len(block)] = values
+        self.scales[first:first + len(block)] = scales[:, 0]
+
+    def linear(self, bias: torch.Tensor | None) -> Int8Linear:
+        """The int8 Linear of all the rows (it takes the buffer)."""
+        linear = Int8Linear(self.values, self.scales, bias)
+        self.values = None
+        return linear
+
+
+def quantize_in_blocks(linear: nn.Linear, block_bytes: int = 16 * 2**20) -> Int8Linear:
+    """`linear` as int8, its rows quantized a block at a time (Int8Rows): the transient is a block of float32 rows,
+    not a float copy of the whole matrix."""
+    rows = Int8Rows(*linear.weight.shape)
+    step = max(1, block_bytes // (linear.weight.shape[1] * 4))
+    for first in range(0, linear.weight.shape[0], step):
+        rows.quantize_rows(first, linear.weight[first:first + step].detach())
+    return rows.linear(linear.bias)
 
 
 def quantize_linears(module: nn.Module) -> None:
@@ -37,84 +87,5 @@ def quantize_linears(module: nn.Module) -> None:
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                child.qconfig = per_channel_dynamic_qconfig
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    setattr(parent, name, Int8Linear.from_float(child))
+                setattr(parent, name, quantize_in_blocks(child))
     release_freed_memory()
-
-
-class Int8Rows:
-    """A Linear's weight (out_features × in_features) quantized as its rows come in, a block at a time, into an int8
-    buffer: the scale of each row depends on that row alone, so the blocks round exactly as Int8Linear.from_float
-    rounds the whole matrix (the same observer and quantize_per_channel)."""
-
-    def __init__(self, out_features: int, in_features: int):
-        self.shape = torch.Size((out_features, in_features))
-        self.values = torch.empty(self.shape, dtype=torch.int8)
-        self.scales = torch.empty(out_features, dtype=torch.float64)  # as from_float hands them to quantize_per_channel
-
-    def quantize_rows(self, first: int, block: torch.Tensor) -> None:
-        block = block.float()  # as the float32 parameter would hold it
-        observer = per_channel_dynamic_qconfig.weight()
-        observer(block)
-        scales, zero_points = observer.calculate_qparams()  # zero points: 0 (symmetric)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rows = torch.quantize_per_channel(block, scales.double(), zero_points.long(), 0, torch.qint8)
-        self.values[first:first + len(block)] = rows.int_repr()
-        self.scales[first:first + len(block)] = scales
-
-    def linear(self, bias: torch.Tensor | None) -> Int8Linear:
-        """The int8 Linear of all the rows, as from_float builds it; the int8 buffer let go (the weight is a copy)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            weight = torch._make_per_channel_quantized_tensor(self.values, self.scales,
-                                                               torch.zeros_like(self.scales, dtype=torch.int64), 0)
-            self.values = None
-            linear = Int8Linear(self.shape[1], self.shape[0], dtype=torch.qint8)
-            linear.set_weight_bias(weight, bias)
-        return linear
-
-
-def quantize_in_blocks(linear: nn.Linear, block_bytes: int = 16 * 2**20) -> Int8Linear:
-    """`linear` as int8, its rows quantized a block at a time (Int8Rows): the transient is a block, not the several
-    times the int8 matrix that from_float holds at once."""
-    rows = Int8Rows(*linear.weight.shape)
-    step = max(1, block_bytes // (linear.weight.shape[1] * 4))
-    for first in range(0, linear.weight.shape[0], step):
-        rows.quantize_rows(first, linear.weight[first:first + step].detach())
-    return rows.linear(None if linear.bias is None else linear.bias.detach())
-
-
-class Int8Output(nn.Module):
-    """The int8 output projection packed for two kernels, the same int8 weight and scales: `narrow` (torch's
-    default x86 engine) below WIDE_ROWS rows, `wide` (oneDNN) from there on (a choice per trace: fixed_in_trace).
-    The second packing costs vocabulary × d_model bytes."""
-
-    def __init__(self, narrow: Int8Linear):
-        super().__init__()
-        self.narrow = narrow
-        weight, bias = narrow._weight_bias()
-        engine = torch.backends.quantized.engine
-        torch.backends.quantized.engine = "onednn"  # a Linear's packing follows the engine set when it is made
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.wide = Int8Linear(narrow.in_features, narrow.out_features, dtype=torch.qint8)
-                self.wide.set_weight_bias(weight, bias)
-        finally:
-            torch.backends.quantized.engine = engine
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        wide = fixed_in_trace(x.numel() // x.shape[-1]) >= WIDE_ROWS
-        return self.wide(x) if wide else self.narrow(x)
-
-
-def quantize_int8(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The model's Linear layers (those load_network has not quantized yet) as int8."""
-    if model.device.type != "cpu" or model.dtype != torch.float32:
-        raise ValueError("int8 dynamic quantization needs a float32 model on the CPU")
-    use_onednn_linears(model, enable=False)  # int8 replaces plain nn.Linear modules only
-    quantize_linears(model)
-    return model

@@ -7,12 +7,11 @@ it back around every operator, so any other thread of the process that holds it 
 process's pipe threads, an event loop) makes the step wait at each of them; a traced step takes it once.
 
 A trace records the operators of one run and keeps the sizes symbolic. The stacks have no Python branch on the row
-count, the target length or the source length other than attention's choice of kernel (layers.attends_by_matmul),
-the padding of products over one or two rows (cpu_kernels.padded) and the output projection's one-row product, so
-one trace per choice serves every shape: a float32 or bfloat16 model's decoder step gets four (one row, two, fewer
-than MATMUL_ATTENTION_MIN_ROWS rows, and that many or more), an int8 one three (the third from
-quantize.WIDE_ROWS rows, its output projection's oneDNN packing). Tracing fails on the tracer's warning
-that a trace may not generalize (a Python value taken from a traced size) rather than serve such a trace.
+count, the target length or the source length other than the padding of products over one or two rows
+(cpu_kernels.padded), so one trace per choice serves every shape: a float32 or bfloat16 model's decoder step gets
+three (one row, two, more), an int8 one a single one. (bfloat16's products in blocks of rows are a loop inside the
+trace: cpu_kernels._blocked_product.) Tracing fails on the tracer's warning that a trace may not generalize (a
+Python value taken from a traced size) rather than serve such a trace.
 
 The traces share the network's weights (the graphs and TorchScript itself take tens of MB more resident memory);
 they are taken once the weights are final (load() on the CPU, after oneDNN packing or int8 quantization), so a
@@ -29,8 +28,6 @@ import warnings
 import torch
 
 from .cpu_kernels import PADDED_ROWS, OneDNNLinear, padded
-from .layers import MATMUL_ATTENTION_MIN_ROWS, attends_by_matmul
-from .quantize import WIDE_ROWS, Int8Output
 from .transformer import Seq2SeqTransformer
 
 
@@ -41,34 +38,22 @@ class Traced:
     def __init__(self, network: Seq2SeqTransformer):
         self.network = network
         self.pads = any(isinstance(module, OneDNNLinear) for module in network.modules())  # padded products
-        self.wide_output = isinstance(network.lm_head, Int8Output)
-        self.traces: dict[tuple[bool, int, bool], torch.jit.ScriptModule] = {}  # a step's _branches → its trace
-        # one step of each kind: padded (2, 1), the fewest rows neither padded nor attending by matmul, by matmul,
-        # with an int8 output projection's wide packing
-        for rows in (2, 1, PADDED_ROWS + 1, MATMUL_ATTENTION_MIN_ROWS, WIDE_ROWS):
-            key = self._branches(rows)
+        self.traces: dict[int, torch.jit.ScriptModule] = {}  # a step's padded rows (0: none) → its trace
+        for rows in (PADDED_ROWS + 1, *range(1, PADDED_ROWS + 1)):
+            key = self._padded_rows(rows)
             if key not in self.traces:
                 self.traces[key] = _trace(network, rows, with_encoder=not self.traces)
-        self.encoder = next(iter(self.traces.values()))  # the trace holding the encoder's stacks (6 rows)
+        self.encoder = self.traces[0]  # the trace holding the encoder's stacks (unpadded)
 
-    def _branches(self, rows: int) -> tuple[bool, int, bool]:
-        """(attention through matmuls, the rows its products are padded from, 0 for none, an int8 output projection
-        through its wide packing) of a decoder step of `rows` rows. One row is always its own key where products
-        are padded: it is also where an output projection with a row_copy takes one_row_product (a row copy exists
-        only on a OneDNNLinear)."""
-        # a step attends over its cache in the cache's dtype (float32 under bfloat16 on the CPU)
-        matmul = attends_by_matmul(rows, 1, self.network.cache_dtype, self.network.device)
-        return matmul, rows if self.pads and padded(rows) else 0, self.wide_output and rows >= WIDE_ROWS
+    def _padded_rows(self, rows: int) -> int:
+        """The rows a decoder step of `rows` rows pads its products from, 0 for none."""
+        return rows if self.pads and padded(rows) else 0
 
     def decoder_stack(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.traces[self._branches(x.shape[0])].decoder_stack(x, *inputs)
+        return self.traces[self._padded_rows(x.shape[0])].decoder_stack(x, *inputs)
 
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        """Traced with attention through SDPA; a batch of one-token sources that eager code attends to by matmul
-        (that many rows, float32) runs eagerly. Products are traced unpadded (6 rows): a source of one or two
-        tokens, which eager code pads, computes the same numbers slower."""
-        if attends_by_matmul(x.shape[0], x.shape[1], self.network.dtype, self.network.device):
-            return self.network.encoder_stack(x, attn_mask)
+        """Products are traced unpadded: an encoder pass is never one or two rows (layers.attended_length)."""
         return self.encoder.encoder_stack(x, attn_mask)
 
     def memory_projections(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +70,10 @@ def _trace(network: Seq2SeqTransformer, rows: int, with_encoder: bool) -> torch.
     methods = {"decoder_stack": network.step_inputs(cache, tokens, positions, target_len=2, source_len=3)}
     if with_encoder:
         embedded = torch.randn(2, 3, d_model, dtype=network.dtype, device=device)
-        methods["encoder_stack"] = (embedded, torch.ones(2, 1, 1, 3, dtype=torch.bool, device=device))
+        mask = torch.ones(2, 1, 1, 3, dtype=torch.bool, device=device)
+        if network.encoder_relative_bias is not None:  # T5's mask is its bias (Seq2SeqTransformer.encode)
+            mask = network.encoder_relative_bias(3).expand(2, -1, -1, -1)
+        methods["encoder_stack"] = (embedded, mask)
         methods["memory_projections"] = (embedded,)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's: see above

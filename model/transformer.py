@@ -9,12 +9,14 @@ V target vocabulary, n live decoder rows.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
 from .architecture import Architecture, ModelConfig, Positions
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, embed_scale, make_norm, optional_dropout
+from .layers import DecoderLayer, EncoderLayer, attended_length, embed_scale, make_norm, optional_dropout
 from .positions import RelativePositionBias, position_embeddings
 
 
@@ -51,13 +53,16 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder_embed = (self.encoder_embed if config.shared_embeddings
                               else nn.Embedding(config.target_vocab_size, d))
         self.encoder_positions, self.decoder_positions = position_embeddings(config)
+        # what attention reads of a sequence of `length` keys in each stack (layers.attended_length)
+        self.encoder_attends = partial(attended_length, head_dim=config.heads_dim(config.encoder_attention_heads))
+        self.decoder_attends = partial(attended_length, head_dim=config.heads_dim(config.decoder_attention_heads))
         self.encoder_relative_bias = self.decoder_relative_bias = None
-        if arch.positions is Positions.RELATIVE:
+        if arch.positions is Positions.RELATIVE:  # buckets for as many positions as attention reads
             self.encoder_relative_bias, self.decoder_relative_bias = (
                 RelativePositionBias(config.relative_buckets, config.relative_max_distance, heads, bidirectional,
-                                     config.max_position_embeddings)
-                for heads, bidirectional in ((config.encoder_attention_heads, True),
-                                             (config.decoder_attention_heads, False)))
+                                     attends(config.max_position_embeddings))
+                for heads, bidirectional, attends in ((config.encoder_attention_heads, True, self.encoder_attends),
+                                                      (config.decoder_attention_heads, False, self.decoder_attends)))
         self.encoder_embed_norm = optional_norm(arch.embedding_norm, arch, d)
         self.decoder_embed_norm = optional_norm(arch.embedding_norm, arch, d)
         heads = config.encoder_attention_heads
@@ -128,23 +133,26 @@ class Seq2SeqTransformer(nn.Module):
                        row_tokens: int = PACKED_ROW_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
         True on real tokens. Without padding where positions are absolute: the sources packed whole, in order, into
-        rows of at most `row_tokens` tokens (or the longest source's), each token attending only to its own source
+        rows of at most `row_tokens` tokens (a longer source alone), each token attending only to its own source
         (a block-diagonal mask), positions as the padded batch numbers them, so the linear layers work on about
         the N real tokens instead of B × longest, and attention on rows × row_tokens² pairs instead of N². Relative
         positions (T5) take the padded path."""
         device = self.device
         lengths = [len(ids) for ids in sources]
         longest = max(lengths)
-        mask = (torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S)
         pad = self.config.pad_token_id
+        if self.encoder_positions is None:  # padded to a length attention reads alike (layers.attended_length)
+            padded = self.encoder_attends(longest)
+            mask = (torch.arange(padded)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S')
+            src = torch.tensor([[*ids, *[pad] * (padded - len(ids))] for ids in sources], device=device)
+            return self.encode(src, mask)[:, :longest], mask[:, :longest]  # (B, S, D), (B, S)
+        mask = (torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S)
         src = torch.tensor([[*ids, *[pad] * (longest - len(ids))] for ids in sources], device=device)  # (B, S)
-        if self.encoder_positions is None:
-            return self.encode(src, mask), mask
-        packed_row, offset = pack_rows(lengths, max(row_tokens, longest))  # (B,) each: where each source goes
+        packed_row, offset = pack_rows(lengths, row_tokens)  # (B,) each: where each source goes; a longer one alone
         segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there
         row = torch.tensor(packed_row, device=device)[segment]  # (N,) the packed row of each token, its slot there
         slot = torch.tensor(offset, device=device)[segment] + position
-        shape = (max(packed_row) + 1, int(slot.max()) + 1)  # (P, L)
+        shape = (max(packed_row) + 1, self.encoder_attends(int(slot.max()) + 1))  # (P, L)
         tokens = torch.full(shape, pad, device=device)
         tokens[row, slot] = src[segment, position]
         owner = torch.full(shape, -1, device=device)  # the source of each slot; -1: padding, attending to itself
@@ -207,8 +215,8 @@ class Seq2SeqTransformer(nn.Module):
     def new_cache(self, rows: int, max_target_len: int, max_source_len: int) -> KVCache:
         c = self.config
         heads = c.decoder_attention_heads
-        return KVCache(c.decoder_layers, rows, heads, c.heads_dim(heads), max_target_len, max_source_len,
-                       self.cache_dtype, self.device)
+        return KVCache(c.decoder_layers, rows, heads, c.heads_dim(heads), self.decoder_attends(max_target_len),
+                       self.decoder_attends(max_source_len), self.cache_dtype, self.device)
 
     def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                     target_len: int, source_len: int) -> torch.Tensor:
@@ -222,8 +230,10 @@ class Seq2SeqTransformer(nn.Module):
 
     def step_inputs(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, target_len: int,
                     source_len: int) -> tuple[torch.Tensor, ...]:
-        """What decoder_stack takes for a step (decode_step's arguments)."""
+        """What decoder_stack takes for a step (decode_step's arguments); attention reads the lengths rounded up
+        (layers.attended_length), so that a row's numbers do not depend on the longest row beside it."""
         n = tokens.shape[0]
+        target_len, source_len = self.decoder_attends(target_len), self.decoder_attends(source_len)
         step_positions = (self.decoder_positions.step(tokens, positions) if self.decoder_positions is not None
                           else None)
         x = self._embed(self.decoder_embed, self.decoder_embed_norm, tokens, step_positions)[:, None, :]  # (n, 1, D)
@@ -239,9 +249,8 @@ class Seq2SeqTransformer(nn.Module):
                       cross_v: torch.Tensor) -> torch.Tensor:
         """The decoder layers and the output projection of one step over live rows [0, n): x (n, 1, D), the
         masks, the cache's views 4 × (L, n, H, T or S, Dh) (this step's keys and values are written into the
-        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S but
-        attention's choice of kernel (layers.attends_by_matmul), so a trace of it serves every shape
-        (model.traced_step)."""
+        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S, so a trace of it
+        serves every shape (model.traced_step)."""
         rows = torch.arange(x.shape[0], device=x.device)
         for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
                                                              cross_k.unbind(0), cross_v.unbind(0)):

@@ -1,29 +1,23 @@
-"""int8 weights quantized a block of rows at a time (model.quantize.Int8Rows, how an untied output projection loads)
-equal torch's quantization of the whole float32 matrix: the same int8 values, scales and bias."""
+"""int8 (model.quantize): weights quantized a block of rows at a time (Int8Rows, how an untied output projection
+loads) equal the whole float32 matrix quantized; every Linear of an int8 load is int8; an int8 product is the
+exact int32 product of the rounded rows, scaled back."""
 
 import torch
 from safetensors import safe_open
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from model import load
-from model.quantize import WIDE_ROWS, Int8Output, Int8Rows
+from model.quantize import INT8_MAX, Int8Linear, Int8Rows, quantize_rows
 
 
 def whole_matrix(weight: torch.Tensor, bias: torch.Tensor) -> Int8Linear:
-    linear = nn.Linear(weight.shape[1], weight.shape[0])
-    linear.weight, linear.bias = nn.Parameter(weight), nn.Parameter(bias)
-    linear.qconfig = per_channel_dynamic_qconfig
-    return Int8Linear.from_float(linear)
+    values, scales = quantize_rows(weight.float())
+    return Int8Linear(values, scales[:, 0], bias)
 
 
 def assert_same_int8(got: Int8Linear, expected: Int8Linear) -> None:
-    (weight, bias), (expected_weight, expected_bias) = got._weight_bias(), expected._weight_bias()
-    assert torch.equal(weight.int_repr(), expected_weight.int_repr())
-    assert torch.equal(weight.q_per_channel_scales(), expected_weight.q_per_channel_scales())
-    assert torch.equal(weight.q_per_channel_zero_points(), expected_weight.q_per_channel_zero_points())
-    assert torch.equal(bias, expected_bias)
+    assert torch.equal(got.values, expected.values) and torch.equal(got.scales, expected.scales)
+    assert torch.equal(got.bias, expected.bias)
 
 
 def test_rows_quantized_in_blocks_equal_the_whole_matrix_quantized():
@@ -36,30 +30,39 @@ def test_rows_quantized_in_blocks_equal_the_whole_matrix_quantized():
     assert_same_int8(rows.linear(bias), whole_matrix(weight, bias))
 
 
+def test_rows_round_to_int8_on_a_scale_of_their_own():
+    x = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [300.0, 1.0, -150.0]])
+    values, scales = quantize_rows(x)
+    assert values.dtype == torch.int8 and scales.shape == (3, 1)
+    assert values.abs().amax(-1).tolist() == [INT8_MAX, 0, INT8_MAX]  # an all-zero row stays zero, no NaN
+    assert ((values * scales - x).abs() <= scales * 0.501).all()  # within half a step of its own scale
+
+
+def test_an_int8_product_is_the_exact_product_of_the_rounded_rows():
+    generator = torch.Generator().manual_seed(0)
+    linear = whole_matrix(torch.randn(40, 24, generator=generator), torch.randn(40, generator=generator))
+    x = torch.randn(5, 3, 24, generator=generator)
+    values, scales = quantize_rows(x.reshape(-1, 24))
+    exact = (values.long() @ linear.values.long().t()).float() * scales * linear.scales + linear.bias
+    assert torch.equal(linear(x), exact.view(5, 3, 40))
+
+
 def test_untied_output_projection_loads_as_its_whole_matrix_quantized(checkpoints):
     path = checkpoints["gelu-untied"]
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         weight, bias = f.get_tensor("lm_head.weight"), f.get_tensor("final_logits_bias")[0]
-    output = load(path, dtype="int8", traced=False).network.lm_head
-    for packing in (output.narrow, output.wide):
-        assert_same_int8(packing, whole_matrix(weight, bias))
+    assert_same_int8(load(path, dtype="int8", traced=False).network.lm_head, whole_matrix(weight, bias))
 
 
 def test_tied_output_projection_quantizes_as_the_whole_embedding_matrix(checkpoint):
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
         bias = f.get_tensor("final_logits_bias")[0]
     network = load(checkpoint, dtype="int8", traced=False).network
-    for packing in (network.lm_head.narrow, network.lm_head.wide):
-        assert_same_int8(packing, whole_matrix(network.decoder_embed.weight.detach().clone(), bias))
+    assert_same_int8(network.lm_head, whole_matrix(network.decoder_embed.weight.detach().clone(), bias))
 
 
-def test_the_output_projection_takes_onednns_packing_from_wide_rows_on(checkpoint):
-    """Both packings hold the same int8 weight; below WIDE_ROWS rows the x86 engine's multiplies, from there on
-    oneDNN's, and the two agree to float32 rounding."""
-    output = load(checkpoint, dtype="int8", traced=False).network.lm_head
-    assert isinstance(output, Int8Output)
-    generator = torch.Generator().manual_seed(0)
-    for rows, chosen in ((WIDE_ROWS - 1, output.narrow), (WIDE_ROWS, output.wide), (3 * WIDE_ROWS, output.wide)):
-        x = torch.randn(rows, output.narrow.in_features, generator=generator)
-        assert torch.equal(output(x), chosen(x))
-        torch.testing.assert_close(output.wide(x), output.narrow(x), atol=1e-5, rtol=1e-5)
+def test_every_linear_of_an_int8_load_is_int8(checkpoint):
+    """load_network quantizes each layer as its weights come in: nothing float is left for a later pass."""
+    network = load(checkpoint, dtype="int8", traced=False).network
+    assert not [name for name, module in network.named_modules() if isinstance(module, nn.Linear)]
+    assert sum(isinstance(module, Int8Linear) for module in network.modules()) > 10

@@ -1,7 +1,7 @@
-"""The traced stacks (model.traced_step) against the eager network of the same checkpoint, every family, float32
-and int8: encoder passes, cross-attention keys and values and decoder steps bit-identical, at row counts on both
-sides of attention's kernel choice (and of the int8 output projection's) and at growing target lengths; a trace
-that would keep a shape fixed fails."""
+"""The traced stacks (model.traced_step) against the eager network of the same checkpoint, every family, float32,
+bfloat16 and int8: encoder passes, cross-attention keys and values and decoder steps bit-identical, at row counts on
+both sides of the products' padding (and of bfloat16's blocks of rows) and at growing target lengths; a trace that
+would keep a shape fixed fails."""
 
 from collections import Counter
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from model import load
-from model.layers import MATMUL_ATTENTION_MIN_ROWS
-from model.quantize import WIDE_ROWS
+from model.cpu_kernels import BLOCK_ROWS
 from model.traced_step import trace_stacks
 from model.transformer import Seq2SeqTransformer
 from server.runtime.process import load_weights
@@ -40,9 +39,8 @@ def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int
     return [torch.randint(low, high, (n,), generator=generator).tolist() + [eos] for n in lengths]
 
 
-@pytest.mark.parametrize("dtype,rows", [(dtype, rows) for dtype in DTYPES
-                                        for rows in (1, 2, 3, MATMUL_ATTENTION_MIN_ROWS + 2)]
-                         + [("int8", WIDE_ROWS + 1)])  # the int8 output projection's oneDNN packing
+@pytest.mark.parametrize("dtype,rows", [(dtype, rows) for dtype in DTYPES for rows in (1, 2, 3, 10)]
+                         + [("bfloat16", BLOCK_ROWS + 1)])  # bfloat16's products in blocks of rows
 def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows):
     traced, eager = networks[dtype]
     assert traced.traced is not None and eager.traced is None
@@ -84,16 +82,15 @@ def test_a_traced_step_attends_through_the_kernels_eager_code_chooses(networks, 
     """Each row count runs the trace recorded with eager code's choice of attention kernel. The decoding test
     above sees a wrong choice only where the kernels' float32 results round to different bfloat16 numbers."""
     traced, eager = networks[dtype]
-    for rows in (1, 2, 3, MATMUL_ATTENTION_MIN_ROWS, WIDE_ROWS + 1):
+    for rows in (1, 2, 3, 8, BLOCK_ROWS + 1):
         assert attention_kernels(traced, rows) == attention_kernels(eager, rows), f"{rows} rows"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_batch_of_one_token_sources_encodes_as_eager_code_does(networks, dtype):
-    """Many one-token sources in one padded pass (T5's path) are where eager attention takes the matmuls: the traced
-    encoder, traced through SDPA, runs those eagerly."""
+    """Many one-token sources in one pass (padded: T5's path) encode as eager code does."""
     traced, eager = networks[dtype]
-    batch = [[traced.config.eos_token_id]] * (MATMUL_ATTENTION_MIN_ROWS + 1)
+    batch = [[traced.config.eos_token_id]] * 9
     with torch.inference_mode():
         assert torch.equal(traced.encode_sources(batch)[0], eager.encode_sources(batch)[0])
 

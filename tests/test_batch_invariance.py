@@ -1,0 +1,198 @@
+"""Batch invariance: a sequence's tokens and scores are bit-identical whatever else shares its steps, in float32,
+bfloat16 and int8.
+
+Operation level: row r of every product, norm, attention and log-softmax computed alone and inside M rows at a
+random position, beside neighbours 100× larger (they expose any scale or blocking shared across rows), compared
+with torch.equal. End to end: every family's tiny checkpoint and one of a realistic width (d_model 512), each
+source decoded alone and inside a running batch of sources of mixed lengths that join at different steps, greedy,
+beam search with n-best and seeded sampling: the log-probabilities of every step and the results bit-identical. A
+negative control runs the same comparison on per-tensor int8 activation scales (torch's dynamic quantization) and
+must find a difference.
+"""
+
+import random
+
+import pytest
+import torch
+from marian_fixtures import WORDS_EN, build_checkpoint
+
+from model import BatchDecoder, DecodeParams, Translator, load, quantize
+from model.cpu_kernels import use_onednn_linears
+from model.layers import RMSNorm, attended_length, attention
+from model.quantize import quantize_in_blocks
+
+ROW_COUNTS = (2, 3, 4, 5, 8, 16, 63, 64, 65, 128, 256)
+DTYPES = ("float32", "bfloat16", "int8")
+
+
+def assert_rows_invariant(op, rows: torch.Tensor, seed: int = 0) -> None:
+    """op over each row alone equals op over that row inside M rows (ROW_COUNTS) at a random position, beside
+    rows 100× larger: bit for bit."""
+    generator = torch.Generator().manual_seed(seed)
+    for m in ROW_COUNTS:
+        for r in torch.randint(0, len(rows), (3,), generator=generator).tolist():
+            batch = rows[torch.randint(0, len(rows), (m,), generator=generator)] * 100
+            at = int(torch.randint(0, m, (1,), generator=generator))
+            batch[at] = rows[r]
+            assert torch.equal(op(batch)[at], op(rows[r:r + 1])[0]), f"row {r} inside {m} rows at {at}"
+
+
+def linear(dtype: str, d_in: int, d_out: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(d_in, d_out)
+    if dtype == "int8":
+        return quantize_in_blocks(layer)
+    return use_onednn_linears(torch.nn.Sequential(layer.to(getattr(torch, dtype))))[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d_in,d_out", [(32, 96), (512, 2048), (2048, 512)])
+def test_a_products_row_does_not_depend_on_the_other_rows(dtype, d_in, d_out):
+    layer = linear(dtype, d_in, d_out)
+    rows = torch.randn(40, d_in).to(torch.float32 if dtype == "int8" else getattr(torch, dtype))
+    with torch.inference_mode():
+        assert_rows_invariant(layer, rows)
+        assert_rows_invariant(lambda x: layer(x[:, None])[:, 0], rows)  # (n, 1, D): a decoder step's input
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("width", [32, 512])
+def test_norms_and_log_softmax_of_a_row_do_not_depend_on_the_other_rows(dtype, width):
+    torch.manual_seed(0)
+    rows = torch.randn(40, width, dtype=getattr(torch, dtype))
+    with torch.inference_mode():
+        for op in (torch.nn.LayerNorm(width).to(rows.dtype), RMSNorm(width, eps=1e-6).to(rows.dtype),
+                   lambda x: torch.log_softmax(x.float(), dim=-1)):
+            assert_rows_invariant(op, rows)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("heads,head_dim", [(2, 16), (8, 64)])
+def test_a_decoder_steps_attention_does_not_depend_on_the_other_rows_or_their_lengths(dtype, heads, head_dim):
+    """One query per row over keys of its own length, masked beyond it; the batch reads as many keys as its
+    longest row needs (attended_length), the row alone as many as it needs."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 70, (40,), generator=generator)
+    longest = int(lengths.max())
+    q = torch.randn(40, heads, 1, head_dim, generator=generator).to(getattr(torch, dtype))
+    kv = torch.randn(2, 40, heads, attended_length(longest, head_dim), head_dim, generator=generator)  # float32
+
+    def attend(index: torch.Tensor, at: int) -> torch.Tensor:
+        """Row `at` of attention over the rows `index`, every other row 100x larger."""
+        keys = attended_length(int(lengths[index].max()), head_dim)
+        mask = (torch.arange(keys)[None, :] < lengths[index][:, None])[:, None, None, :]  # (n, 1, 1, keys)
+        scale = torch.full((len(index), 1, 1, 1), 100.0)
+        scale[at] = 1.0
+        k, v = (t[index, :, :keys] * scale for t in kv)
+        return attention(q[index] * scale.to(q.dtype), k, v, mask, None)[at]
+
+    for m in ROW_COUNTS:
+        for r in torch.randint(0, 40, (3,), generator=generator).tolist():
+            index = torch.randint(0, 40, (m,), generator=generator)
+            at = int(torch.randint(0, m, (1,), generator=generator))
+            index[at] = r
+            assert torch.equal(attend(index, at), attend(torch.tensor([r]), 0)), f"row {r} inside {m} rows"
+
+
+# End to end
+
+@pytest.fixture(scope="module")
+def wide_checkpoint(tmp_path_factory):
+    """A Marian checkpoint of a realistic width: d_model 512, 8 heads of 64, FFN 2048 (2 + 2 layers)."""
+    return build_checkpoint(tmp_path_factory.mktemp("wide") / "wide", d_model=512, encoder_layers=2,
+                            decoder_layers=2, encoder_heads=8, decoder_heads=8, init_std=0.05)
+
+
+@pytest.fixture(scope="module")
+def every_checkpoint(checkpoints, family_checkpoints, text2text_checkpoints, wide_checkpoint):
+    return {**{name: checkpoints[name] for name in ("shared-swish-safetensors", "gelu-untied")},
+            **family_checkpoints, **text2text_checkpoints, "wide-marian": wide_checkpoint}
+
+
+def sources(bundle, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    languages = bundle.resolve_languages(None, None, translating=False)
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(count)]
+    return [bundle.source(text, *languages).ids for text in texts]
+
+
+def decode(network, entries, capacity: int, join_at_most: int) -> dict:
+    """Decode entries (key, ids, params) through one BatchDecoder, at most `join_at_most` joining per step, as
+    rows free up → {key: (results, [log-probabilities of its rows at each step])}."""
+    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=12)
+    steps, results, pending = {}, {}, list(entries)
+    advance = decoder._advance
+
+    def recording(searches, scores, logprobs):
+        for key, search in decoder.searches.items():
+            steps.setdefault(key, []).append(logprobs[search.rows].clone())
+        return advance(searches, scores, logprobs)
+
+    decoder._advance = recording
+    while pending or decoder.searches:
+        joining = []
+        while (pending and len(joining) < join_at_most
+               and decoder.free_rows - sum(p.num_beams for _, _, p in joining) >= pending[0][2].num_beams):
+            joining.append(pending.pop(0))
+        if joining:
+            decoder.admit(joining)
+        for event in decoder.step():
+            if event.results is not None:
+                results[event.key] = event.results
+    return {key: (results[key], steps[key]) for key in results}
+
+
+MODES = {
+    "greedy": DecodeParams(max_new_tokens=12),
+    "beam 4, n-best": DecodeParams(max_new_tokens=12, num_beams=4, num_return_sequences=4),
+    "sampling": DecodeParams(max_new_tokens=12, do_sample=True, top_k=20, temperature=1.5, seed=7),
+}
+
+
+def differences(network, ids: list[list[int]], params: DecodeParams) -> list[int]:
+    """The sources whose results or per-step log-probabilities differ between alone and inside a running batch
+    (sources joining two per step, lengths mixed, rows leaving as they finish)."""
+    entries = [(i, source, params) for i, source in enumerate(ids)]
+    together = decode(network, entries, capacity=5 * params.num_beams, join_at_most=2)
+    differ = []
+    for entry in entries:
+        (alone_results, alone_steps), = decode(network, [entry], params.num_beams, 1).values()
+        results, steps = together[entry[0]]
+        same_steps = len(steps) == len(alone_steps) and all(map(torch.equal, steps, alone_steps))
+        if results != alone_results or not same_steps:
+            differ.append(entry[0])
+    return differ
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["shared-swish-safetensors", "gelu-untied", "nllb", "m2m100", "mbart50", "t5_v1_0",
+                                  "t5_v1_1", "madlad", "bart", "wide-marian"])
+def test_a_sources_decoding_does_not_depend_on_its_batch(every_checkpoint, name, dtype):
+    bundle = load(every_checkpoint[name], dtype=dtype)
+    ids = sources(bundle, 7, seed=len(name))
+    for mode, params in MODES.items():
+        assert differences(bundle.network, ids, params) == [], mode
+
+
+def test_the_comparison_sees_per_tensor_int8_scales(checkpoint, monkeypatch):
+    """Negative control: with one activation scale for a whole step (the largest value of every row, as torch's
+    dynamic quantization scales), the same comparison finds sources whose decoding moved with their batch."""
+    def per_tensor(x):
+        scale = x.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny) / quantize.INT8_MAX
+        return torch.round(x / scale).to(torch.int8), scale.expand(x.shape[0], 1)
+
+    monkeypatch.setattr(quantize, "quantize_rows", per_tensor)
+    bundle = load(checkpoint, dtype="int8", traced=False)
+    assert differences(bundle.network, sources(bundle, 7, seed=0), MODES["greedy"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_translating_one_at_a_time_equals_translating_32_at_a_time(checkpoint, dtype):
+    """The Python API (and the CLI's --batch-size): every translation and its score alike."""
+    translator = Translator(load(checkpoint, dtype=dtype))
+    rng = random.Random(1)
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(40)]
+    for beams in (1, 4):
+        alone, batched = (translator.translate(texts, target_lang="de", beam_size=beams, n_best=beams,
+                                               batch_size=size) for size in (1, 32))
+        assert alone == batched
