@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Callable
 
 from prometheus_client import (
@@ -24,12 +25,12 @@ from prometheus_client import (
 
 # In multiprocess mode (Ray Serve replicas, --no-ray workers) every process writes its samples into this directory.
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-if os.environ.get(METRICS_DIR_ENV):
-    os.makedirs(os.environ[METRICS_DIR_ENV], exist_ok=True)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+_making = threading.Lock()  # Mirrored.prom's
 
 
 class Mirrored:
@@ -37,8 +38,21 @@ class Mirrored:
 
     def __init__(self, kind, name: str, doc: str, labels: tuple[str, ...] = (), **kwargs):
         self.kind, self.name, self.doc, self.label_names, self.kwargs = kind, name, doc, labels, kwargs
-        self.prom = kind(name, doc, labels, **kwargs)
+        self._prom = None
         self.ray = None
+
+    @property
+    def prom(self):
+        """The prometheus-client metric, made on first use rather than at import: in multiprocess mode making it
+        writes a file into METRICS_DIR_ENV's directory, which is made then (a Serve config under deploy/ names one
+        that no process has made)."""
+        if self._prom is None:
+            with _making:  # the engine thread and the event loop may both record a metric first
+                if self._prom is None:
+                    if os.environ.get(METRICS_DIR_ENV):
+                        os.makedirs(os.environ[METRICS_DIR_ENV], exist_ok=True)
+                    self._prom = self.kind(self.name, self.doc, self.label_names, **self.kwargs)
+        return self._prom
 
     def export_to_ray(self, ray_metrics) -> None:
         ray_kind = getattr(ray_metrics, self.kind.__name__)
@@ -119,7 +133,10 @@ def reap_dead_processes(path: str) -> None:
 
 
 def scrape() -> bytes:
-    """The /metrics text: this process's metrics, or in multiprocess mode those of every process on this node."""
+    """The /metrics text: this process's metrics, or in multiprocess mode those of every process on this node. Every
+    metric is in it, those no process has recorded yet at zero."""
+    for metric in ALL:
+        metric.prom  # noqa: B018 (made here if not yet: see Mirrored.prom)
     if METRICS_DIR_ENV not in os.environ:
         return generate_latest(REGISTRY)
     reap_dead_processes(os.environ[METRICS_DIR_ENV])
