@@ -16,8 +16,10 @@ def whole_matrix(weight: torch.Tensor, bias: torch.Tensor) -> Int8Linear:
 
 
 def assert_same_int8(got: Int8Linear, expected: Int8Linear) -> None:
-    assert torch.equal(got.values, expected.values) and torch.equal(got.scales, expected.scales)
-    assert torch.equal(got.bias, expected.bias)
+    """The same scales and bias, and the same int8 values: the same products, bit for bit."""
+    assert torch.equal(got.scales, expected.scales) and torch.equal(got.bias, expected.bias)
+    probe = torch.randn(9, got.in_features, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(got(probe), expected(probe))
 
 
 def test_rows_quantized_in_blocks_equal_the_whole_matrix_quantized():
@@ -40,10 +42,12 @@ def test_rows_round_to_int8_on_a_scale_of_their_own():
 
 def test_an_int8_product_is_the_exact_product_of_the_rounded_rows():
     generator = torch.Generator().manual_seed(0)
-    linear = whole_matrix(torch.randn(40, 24, generator=generator), torch.randn(40, generator=generator))
+    weight, bias = torch.randn(40, 24, generator=generator), torch.randn(40, generator=generator)
+    weight_values, weight_scales = quantize_rows(weight)
+    linear = Int8Linear(weight_values, weight_scales[:, 0], bias)
     x = torch.randn(5, 3, 24, generator=generator)
     values, scales = quantize_rows(x.reshape(-1, 24))
-    exact = (values.long() @ linear.values.long().t()).float() * scales * linear.scales + linear.bias
+    exact = (values.long() @ weight_values.long().t()).float() * linear.scales * scales + bias
     assert torch.equal(linear(x), exact.view(5, 3, 40))
 
 
