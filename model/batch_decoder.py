@@ -5,6 +5,9 @@ kept compact in [0, n): when a request finishes, rows from the tail are moved in
 reads contiguous views. A step copies its inputs to the device once and its choices (greedy tokens, beam
 candidates) back once; everything between stays on the device. With static_shapes the network runs at fixed
 shapes (model.static_step), captured as CUDA graphs on a GPU.
+
+Dimensions: n live rows, R capacity (rows), L decoder layers, B new sources, S source length, H heads, Dh head size,
+V target vocabulary, W top-k candidates per beam row, g greedy rows, m beam rows.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A search never runs the model: the batch decoder hands it the processed scores o
 the next tokens. Beam search follows transformers' algorithm step for step (top 2·k candidates, a finished
 set of k hypotheses scored by sum_logprob / generated_len ** length_penalty, the same early-stop heuristic),
 so that translations are identical.
+
+Dimensions: k a search's beams (its cache rows), W candidates per row (≥ 2·k), G beam searches of one width
+stepping together, V target vocabulary. Candidates reach the searches on the host.
 """
 
 from __future__ import annotations
