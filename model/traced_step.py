@@ -76,7 +76,7 @@ def _trace(network: Seq2SeqTransformer, rows: int, with_encoder: bool) -> torch.
         methods["encoder_stack"] = (embedded, mask)
         methods["memory_projections"] = (embedded,)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's: see above
+        warnings.filterwarnings("ignore", r"`torch\.jit\.\w+` is deprecated", DeprecationWarning)  # see above
         warnings.simplefilter("always", torch.jit.TracerWarning)  # a value the trace would keep fixed
         traced = torch.jit.trace_module(network, methods, check_trace=False)
     fixed = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
