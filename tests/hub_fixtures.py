@@ -1,5 +1,5 @@
 """A Hugging Face cache built by hand, as huggingface_hub leaves it (models--ORG--NAME/{blobs,snapshots,refs}), holding
-tiny checkpoints in each weight layout the Hub uses (see ../shared/CHECKPOINTS.md): one pickle beside other
+tiny checkpoints in each weight layout the Hub uses: one pickle beside other
 frameworks' files, float16 safetensors beside a float16 pickle, pickle shards, safetensors shards."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python -m model.demo.train --out model/demo/checkpoint --minutes 38
 
-Recipe (measured in shared/DEMO-TRAINING.md): post-norm encoder-decoder, d_model 256, 4 heads, 3+3 layers,
+Recipe: post-norm encoder-decoder, d_model 256, 4 heads, 3+3 layers,
 FFN 1024, dropout 0.1, shared tied embeddings; SentencePiece unigram (1,000 pieces) over both sides with the
 language tags as user-defined symbols; Adam 1e-3, 600 warm-up steps, cosine decay over the time budget,
 label smoothing 0.1, batch 128, bf16 autocast. Writes a Hugging Face Marian checkpoint.
