@@ -15,10 +15,10 @@ products run padded with zero rows to that many (`padded`).
 
 A row's product must not depend on the other rows of its step (batch invariance: a text's translation does not
 depend on what else is in flight). oneDNN's float32 kernel gives a row the same numbers at every row count; its
-bfloat16 one (AMX or AVX512-BF16) picks its blocking of the input dimension by the row count, so a row comes out
+bfloat16 one (measured with AMX) picks its blocking of the input dimension by the row count, so a row comes out
 one rounding apart inside 33 rows or more from what it is alone. bfloat16 products over more than BLOCK_ROWS rows
-therefore run BLOCK_ROWS rows at a time (`_blocked_product`), the row counts at which every row comes out as it does alone
-(tests/test_batch_invariance.py holds every product to that, row by row, at every row count).
+therefore run BLOCK_ROWS rows at a time (`_blocked_product`), the row counts at which every row comes out as it
+does alone (tests/test_batch_invariance.py holds every product to that, row by row, at every row count).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def padded(rows) -> bool:
 
 
 @torch.jit.script
-def _blocked_product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], block: int) -> torch.Tensor:
+def _blocked_product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     block: int) -> torch.Tensor:
     """x (M, in) times the weight, at most `block` rows at a time: scripted, so that one trace runs it at any M."""
     if x.shape[0] <= block:
         return _linear_pointwise(x, weight, bias)

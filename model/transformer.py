@@ -140,14 +140,13 @@ class Seq2SeqTransformer(nn.Module):
         device = self.device
         lengths = [len(ids) for ids in sources]
         longest = max(lengths)
+        # relative positions: padded to a length attention reads alike (layers.attended_length)
+        padded = longest if self.encoder_positions is not None else self.encoder_attends(longest)
+        mask = (torch.arange(padded)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S')
         pad = self.config.pad_token_id
-        if self.encoder_positions is None:  # padded to a length attention reads alike (layers.attended_length)
-            padded = self.encoder_attends(longest)
-            mask = (torch.arange(padded)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S')
-            src = torch.tensor([[*ids, *[pad] * (padded - len(ids))] for ids in sources], device=device)
+        src = torch.tensor([[*ids, *[pad] * (padded - len(ids))] for ids in sources], device=device)  # (B, S')
+        if self.encoder_positions is None:
             return self.encode(src, mask)[:, :longest], mask[:, :longest]  # (B, S, D), (B, S)
-        mask = (torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S)
-        src = torch.tensor([[*ids, *[pad] * (longest - len(ids))] for ids in sources], device=device)  # (B, S)
         packed_row, offset = pack_rows(lengths, row_tokens)  # (B,) each: where each source goes; a longer one alone
         segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there
         row = torch.tensor(packed_row, device=device)[segment]  # (N,) the packed row of each token, its slot there
@@ -249,8 +248,8 @@ class Seq2SeqTransformer(nn.Module):
                       cross_v: torch.Tensor) -> torch.Tensor:
         """The decoder layers and the output projection of one step over live rows [0, n): x (n, 1, D), the
         masks, the cache's views 4 × (L, n, H, T or S, Dh) (this step's keys and values are written into the
-        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S, so a trace of it
-        serves every shape (model.traced_step)."""
+        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S, so a
+        trace of it serves every shape (model.traced_step)."""
         rows = torch.arange(x.shape[0], device=x.device)
         for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
                                                              cross_k.unbind(0), cross_v.unbind(0)):
