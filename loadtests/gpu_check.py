@@ -4,7 +4,7 @@
     python -m loadtests.gpu_check --out runs/gpu-check [--steps tests,quality,bench,serve] [--dry-run]
 
 Steps, each command in a process of its own (a failing one stops nothing else), logs under --out:
-1. tests: `pytest tests/test_cuda.py` (graphed step = eager step, float16 = CPU float32, a busy mixed batch).
+1. tests: `pytest tests/model/test_cuda.py` (graphed step = eager step, float16 = CPU float32, a busy mixed batch).
 2. quality: the demo model's exact match per language on held-out numbers, CPU float32 (the reference), then
    float16 and bfloat16 on the GPU.
 3. bench: `loadtests.bench_engine --device cuda` for the opus-mt-en-de and NLLB-600M shapes: ours float16 against
@@ -73,8 +73,8 @@ def plan(args: argparse.Namespace) -> list[Step]:
     device, half = ("cpu", "bfloat16") if dry else ("cuda", "float16")
     steps = []
     if "tests" in args.steps:
-        steps.append(Step("tests", "tests/test_cuda.py on the GPU", [Command(
-            "pytest", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "tests/test_cuda.py"],
+        steps.append(Step("tests", "tests/model/test_cuda.py on the GPU", [Command(
+            "pytest", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "tests/model/test_cuda.py"],
             600)]))
     if "quality" in args.steps:
         numbers, beams = ("24", "1,2") if dry else ("1000", "1,4")

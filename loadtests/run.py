@@ -35,7 +35,10 @@ from .server import served, start_group, stop_group, tail, wait_exited
 from .stats import RunSummary, Slo, summarize, table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-LOCUST_GRACE_S = 60  # locust's start-up and shutdown, on top of --duration
+# When --duration ends, users finish the request they are in (a stream included) for up to this long, so that
+# every request started is counted rather than cut off unrecorded.
+STOP_TIMEOUT_S = 30
+LOCUST_GRACE_S = 60 + STOP_TIMEOUT_S  # locust's start-up and shutdown, on top of --duration
 ARGUMENT_STRINGS = ("--server-args", "--compare-server-args", "--locust-args")  # values: other programs' flags
 
 
@@ -113,6 +116,7 @@ def locust_command(args: argparse.Namespace, users: int, directory: Path) -> lis
     prefix = str(directory / "locust")
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", args.host,
             "--users", str(users), "--spawn-rate", str(args.spawn_rate), "--run-time", f"{args.duration}s",
+            "--stop-timeout", str(STOP_TIMEOUT_S),
             "--csv", prefix, "--csv-full-history", "--html", str(directory / "report.html"),
             "--json-file", prefix, "--only-summary", "--exit-code-on-error", "0",
             *shlex.split(args.locust_args)]

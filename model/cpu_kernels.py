@@ -18,7 +18,7 @@ depend on what else is in flight). oneDNN's float32 kernel gives a row the same 
 bfloat16 one (measured with AMX) picks its blocking of the input dimension by the row count, so a row comes out
 one rounding apart inside 33 rows or more from what it is alone. bfloat16 products over more than BLOCK_ROWS rows
 therefore run BLOCK_ROWS rows at a time (`_blocked_product`), the row counts at which every row comes out as it
-does alone (tests/test_batch_invariance.py holds every product to that, row by row, at every row count).
+does alone (tests/model/test_batch_invariance.py holds every product to that, row by row, at every row count).
 """
 
 from __future__ import annotations

@@ -19,6 +19,15 @@ os.environ.setdefault("SERVER_DTYPE", "float32")
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
+LAYERS = ("model", "server", "e2e", "tools")  # tests/<layer>/: each test carries its folder's marker
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent.name in LAYERS:
+            item.add_marker(item.path.parent.name)
+
+
 def pytest_collection_finish(session):
     """Start the GPU check's dry run now when this session will run it (test_gpu_check.DryRun)."""
     if not session.config.option.collectonly and any(item.path.name == "test_gpu_check.py" for item in session.items):
@@ -39,6 +48,15 @@ def own_working_directory(tmp_path, monkeypatch):
     """Each test runs in a folder of its own, so an app made in the test keeps its key store (keys.sqlite in the
     working directory, the default) to itself, as a fresh server would."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def alone():
+    """The demo model's float32 translation of one text into German, translated alone: what a server must answer."""
+    from model import Translator
+
+    translator = Translator.from_pretrained()
+    return lambda text: translator.translate([text], target_lang="de")[0].text
 
 
 @pytest.fixture(scope="session")

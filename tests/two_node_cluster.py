@@ -2,7 +2,7 @@
 HTTP on the same port of its node (`replica_http`; both nodes are this machine here), with API keys: a key's rate
 limit counted once across the nodes (the worker node's replica through the head node's key store actor).
 
-Run by tests/test_ray_serve.py in its own process (one Ray driver per process). Prints the nodes found, the HTTP
+Run by tests/e2e/test_ray_serve.py in its own process (one Ray driver per process). Prints the nodes found, the HTTP
 answers, the limited key's answers and usage, and which processes hold the key store file.
 """
 

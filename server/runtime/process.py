@@ -34,7 +34,7 @@ def in_passing_thread(build: Callable[[], T]) -> T:
     long as it lives. An engine runs operators in two threads, its decoder steps and its encoder passes; a third
     team living on beside theirs would make more OpenMP threads than cores (at intra-op threads = cores / 2), and
     libgomp then lets idle workers spin only briefly, so every operator waits for its team to wake up
-    (tests/test_cpu_runtime.py counts the teams)."""
+    (tests/server/test_cpu_runtime.py counts the teams)."""
     with ThreadPoolExecutor(1, thread_name_prefix="model-load") as thread:
         return thread.submit(build).result()
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "server"
 FORBIDDEN_IN_MODEL = {"server", "fastapi", "ray", "prometheus_client", "transformers", "uvicorn"}
 HTTP = {"fastapi", "starlette", "pydantic", "uvicorn"}

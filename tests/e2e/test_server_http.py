@@ -63,7 +63,7 @@ def test_64_concurrent_requests_equal_each_alone(demo_server, beam_size):
         return [r.json()["translations"][0] for r in responses]
 
     concurrent = asyncio.run(together())
-    assert concurrent == alone  # texts and scores bit for bit, in the server's default dtype (tests/test_batch_invariance.py)
+    assert concurrent == alone  # texts and scores bit for bit (tests/model/test_batch_invariance.py)
 
 
 def test_short_requests_admitted_later_finish_first(tiny_server):

@@ -30,7 +30,7 @@ from ray.serve.schema import ServeDeploySchema
 from server import metrics
 from server.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BUILD_APP_KEYS = {"model", "max_models_per_replica"}  # build_app's own args; the others are Settings fields
 DEPLOYMENTS = {"ModelServer"}  # the names build_app (the configs' import_path) gives its deployments

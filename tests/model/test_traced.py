@@ -15,6 +15,8 @@ from model.transformer import Seq2SeqTransformer
 from server.runtime.process import load_weights
 from server.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 DTYPES = ["float32", "bfloat16", "int8"]
 
 

@@ -21,6 +21,8 @@ from model.cpu_kernels import use_onednn_linears
 from model.layers import RMSNorm, attended_length, attention
 from model.quantize import quantize_in_blocks
 
+pytestmark = pytest.mark.slow
+
 ROW_COUNTS = (2, 3, 4, 5, 8, 16, 63, 64, 65, 128, 256)
 DTYPES = ("float32", "bfloat16", "int8")
 

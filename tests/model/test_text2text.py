@@ -13,6 +13,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from model import BatchDecoder, Translator, UnsupportedLanguage, load
 from model.cli import main as translate_cli
 
+pytestmark = pytest.mark.slow
+
 MAX_NEW_TOKENS = 25
 NAMES = ["t5_v1_0", "t5_v1_1", "madlad", "bart"]
 

@@ -10,6 +10,8 @@ from server_process import in_process_client
 from model import Translator
 from server.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=20)
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hostile_files import AMPLIFIED, BILLION_LAUGHS, DOCUMENT, docx_bytes, srt, with_entry
 from server_process import running_server
-from test_hostile_input import AMPLIFIED, BILLION_LAUGHS, DOCUMENT, docx_bytes, srt, with_entry
-from test_text_files import alone  # noqa: F401 (a fixture: each sentence translated alone)
 
 PEAK_GROWTH_KB = 200_000
 

@@ -1,6 +1,6 @@
 """The load-test tooling's arithmetic: the SLO gates and percentiles over merged locust entries. A run through
 `python -m loadtests.run` against the Ray Serve app it starts is the GPU check's dry run's serve step
-(tests/test_gpu_check.py)."""
+(tests/e2e/test_gpu_check.py)."""
 
 from __future__ import annotations
 

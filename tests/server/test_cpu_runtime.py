@@ -9,6 +9,8 @@ import sys
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow
+
 # A fresh process (this one has run torch operators in its main thread) serving one text and one html text with
 # inline tags: decoder steps, encoder passes and a word-alignment pass, at 2 intra-op threads. Threads the
 # process has beyond its Python threads are OpenMP workers: one per team at 2 intra-op threads.

@@ -5,8 +5,8 @@ so attention is sharp and a rounding can move a softmax a long way: the distance
 (bfloat16 up to ~30 % of the logits' spread on the translation families, under 2 % on T5 and BART), and the
 reference's distance is the bound. Our int8 weights have a scale per output channel (transformers' quantize_dynamic
 default: one per matrix), so they are mostly nearer float32 than the reference. The demo model, trained, translates
-its held-out numbers identically in both (tests/test_demo_model.py); traced steps = eager steps in both
-(tests/test_traced.py)."""
+its held-out numbers identically in both (tests/model/test_demo_model.py); traced steps = eager steps in both
+(tests/model/test_traced.py)."""
 
 import pytest
 import torch
@@ -14,6 +14,8 @@ import transformers
 from torch import nn
 
 from model import load
+
+pytestmark = pytest.mark.slow
 
 SENTENCES = ["a b c d e", "f g", "h i j k l m n o p"]
 # of the spread: kernels that add in another order (bfloat16: one draw of decoder inputs moves by up to 0.04 with

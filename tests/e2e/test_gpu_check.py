@@ -20,7 +20,7 @@ import torch
 
 from server_process import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gpu_check(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

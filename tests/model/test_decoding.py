@@ -53,7 +53,7 @@ def test_alone_equals_inside_padded_batch(translator, beams):
     for text, in_batch in zip(SENTENCES, batch):
         alone = translator.translate([text], beam_size=beams, max_new_tokens=30, batch_size=1)[0]
         assert alone.token_ids == in_batch.token_ids
-        assert alone.score == in_batch.score  # bit for bit: tests/test_batch_invariance.py
+        assert alone.score == in_batch.score  # bit for bit: tests/model/test_batch_invariance.py
 
 
 @pytest.mark.parametrize("static_shapes", [False, True])

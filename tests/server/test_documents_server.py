@@ -13,6 +13,8 @@ from server_process import in_process_client
 from model import AlignmentInput, Translator, word_alignments
 from server.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = Settings(dtype="float32", max_batch_rows=32, max_document_chars=8000, max_input_tokens=64)
 
 

@@ -10,7 +10,7 @@ from server_process import Scrape
 
 from server.metrics import EngineStats, reap_dead_processes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_queue_gauges_are_per_model():

@@ -24,7 +24,7 @@ from server_process import Scrape, eventually, free_port, send_and_keep_open
 from server.runtime.ray_main import PROXY_ENV, local_runtime_env
 from server.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_waiting_sequences=64, max_new_tokens=64)
 
 

@@ -2,21 +2,20 @@
 the problem or the limit, in the API's own error shape, within a bounded time; a large legal file goes through a
 window at a time without turning other clients away."""
 
-import io
 import os
 import subprocess
 import sys
 import threading
 import time
-import zipfile
 
-import docx
 import pytest
+from hostile_files import AMPLIFIED, BILLION_LAUGHS, DOCUMENT, docx_bytes, srt, with_entry
 from server_process import ROOT, in_process_client
-from test_text_files import alone  # noqa: F401 (a fixture: each sentence translated alone)
 from test_text_files import post as post_file
 
 from server.settings import Settings
+
+pytestmark = pytest.mark.slow
 
 SETTINGS = Settings(dtype="float32", max_batch_rows=8, max_waiting_sequences=64, max_texts=2, max_request_units=400,
                     max_file_expanded_bytes=1_000_000, request_timeout_s=20)
@@ -40,28 +39,6 @@ def error(response, status: int) -> dict:
     return response.json()["error"]
 
 
-def docx_bytes(*paragraphs: str) -> bytes:
-    document = docx.Document()
-    for text in paragraphs:
-        document.add_paragraph(text)
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
-
-
-def with_entry(data: bytes, name: str, write) -> bytes:
-    """The .docx with entry `name` replaced by what `write(file)` writes (the others copied)."""
-    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for info in source.infolist():
-            if info.filename != name:
-                archive.writestr(info.filename, source.read(info.filename))
-        with archive.open(name, "w", force_zip64=True) as entry:
-            write(entry)
-    return out.getvalue()
-
-
-DOCUMENT = zipfile.ZipFile(io.BytesIO(docx_bytes("forty-two"))).read("word/document.xml").decode()
 BODY = DOCUMENT.index("<w:body>")
 W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
 
@@ -108,8 +85,7 @@ def test_zip_entries_with_dot_dot_names_are_a_400(client):
 
 
 # ---- 4, 5: entity declarations in markup are refused before expansion --------------------------------------
-AMPLIFIED = ('<?xml version="1.0"?><!DOCTYPE r [<!ENTITY a "' + "forty-two. " * 2000 + '">]><r>' + "&a;" * 300
-             + "</r>")
+
 
 
 def test_xml_entity_amplification_is_refused_naming_the_dtd(client):
@@ -125,8 +101,6 @@ def test_deepl_xml_entity_amplification_is_refused_in_deepls_shape():
     assert response.status_code == 400 and "declares a DTD" in response.json()["message"]
 
 
-BILLION_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY l0 "forty-two ">'
-                  + "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10)) + "]><l>&l9;</l>")
 PEAK_RSS = """
 import resource, sys
 from model.text.markup import MarkupError, pieces
@@ -153,10 +127,6 @@ def test_html_the_parser_cannot_read_is_a_400_as_text_and_as_a_file(client):
 
 
 # ---- 2: a large legal file goes a window at a time; an over-limit one is refused up front ---------------------
-def srt(cues: int, text: str = "forty-two") -> bytes:
-    return "".join(f"{i + 1}\n00:00:01,000 --> 00:00:02,000\n{text}\n\n" for i in range(cues)).encode()
-
-
 def test_a_file_of_many_cues_never_fills_the_queue(client, alone):
     others = []
 

@@ -11,6 +11,8 @@ from transformers import MarianTokenizer as HFTokenizer
 from model import Translator, load
 from model.cli import main as translate_cli
 
+pytestmark = pytest.mark.slow
+
 MAX_NEW_TOKENS = 40
 
 

@@ -196,7 +196,7 @@ def test_index_is_built_once_per_code_list_and_is_fast():
 
 def test_pure_python():
     """No torch, serving code or transformers: the standard library and langcodes only."""
-    tree = ast.parse((Path(__file__).parent.parent / "model" / "languages.py").read_text(encoding="utf-8"))
+    tree = ast.parse((Path(__file__).parents[2] / "model" / "languages.py").read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

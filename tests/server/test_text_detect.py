@@ -12,6 +12,8 @@ from server.runtime.local import LocalModels
 from server.front.registry import ModelRegistry
 from server.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=12)
 ENGLISH = "The weather is lovely today and we are going for a long walk in the park."
 GERMAN = "Das Wetter ist heute schön und wir gehen im Park lange spazieren."

@@ -4,6 +4,7 @@ uses it when no model is given."""
 import subprocess
 import sys
 
+import pytest
 import torch
 from num2words import num2words
 from transformers import MarianMTModel
@@ -11,6 +12,8 @@ from transformers import MarianTokenizer as HFTokenizer
 
 from model import Translator, demo_model_dir, resolve_dtype
 from model.demo.data import LANGUAGES, held_out_numbers, target_text
+
+pytestmark = pytest.mark.slow
 
 
 def test_transformers_loads_the_checkpoint_and_agrees_on_20_numbers():

@@ -7,7 +7,6 @@ import docx
 import pytest
 from server_process import in_process_client
 
-from model import Translator
 from server.settings import Settings
 
 # 2 texts a job: files go in chunks
@@ -18,12 +17,6 @@ SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_texts=2, max_body_by
 def client():
     with in_process_client(SETTINGS) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def alone():
-    translator = Translator.from_pretrained()
-    return lambda text: translator.translate([text], target_lang="de")[0].text
 
 
 def post(client, name: str, data: bytes, **form):

@@ -12,6 +12,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from server.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_new_tokens=30)
 NAMES = ("t5_v1_1", "bart", "madlad")
 

@@ -16,6 +16,8 @@ from model import AlignmentInput, Translator, load, word_alignments
 from model.alignment import alignment_layer, cross_attentions, token_words, word_alignment
 from model.text.inline import word_spans
 
+pytestmark = pytest.mark.slow
+
 PARITY = [("marian", name) for name in ("shared-swish-safetensors", "separate-relu-bin", "gelu-untied")] + [
     ("text2text", name) for name in ("t5_v1_0", "t5_v1_1", "madlad", "bart")]
 

@@ -1,5 +1,6 @@
 """Schemathesis fuzzes the app through its own OpenAPI schema: no 5xx, and every 4xx is JSON naming the field."""
 
+import pytest
 import schemathesis
 from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
@@ -8,6 +9,8 @@ from server.api import create_app
 from server.runtime.local import LocalModels
 from server.front.registry import ModelRegistry
 from server.settings import Settings
+
+pytestmark = pytest.mark.slow
 
 
 def check(case) -> None:

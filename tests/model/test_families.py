@@ -11,6 +11,8 @@ from model import BatchDecoder, Translator, load
 from model.cli import main as translate_cli
 from model.transformer import pack_rows
 
+pytestmark = pytest.mark.slow
+
 MAX_NEW_TOKENS = 30
 # Per family: a non-default source language and two target languages, in the model's own codes.
 LANGUAGES = {

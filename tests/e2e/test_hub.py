@@ -17,7 +17,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import CheckpointError, Translator, load
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_NEW_TOKENS = 20
 TEXTS = ["Hello.", "The quick brown fox jumps over the lazy dog."]
 # repo id → (the tiny checkpoint it holds, its weight layout: hub_fixtures.layout)
