@@ -49,6 +49,9 @@ class TranslationJob:
     target_lang: str | None = None
     options: DecodeOptions = DecodeOptions()
     text_options: TextOptions = TextOptions()
+    # (source term, target term) pairs a glossary fixes: where a source term occurs in a sentence, its target term
+    # appears in that sentence's translation
+    glossary: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
