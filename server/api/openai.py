@@ -178,13 +178,13 @@ def token_limit(body: Knobs) -> tuple[str, int | None]:
                  if getattr(body, name, None)), ("max_tokens", None))
 
 
-def jobs(body: Knobs, texts: list[str], fields: list[str]) -> list[GenerationJob]:
-    """One job per choice, prompt by prompt, n each."""
+def jobs(body: Knobs, texts: list[str], fields: list[str], samples: int) -> list[GenerationJob]:
+    """`samples` jobs per prompt, prompt by prompt (the n choices of each)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     max_tokens = token_limit(body)[1]
     return [GenerationJob(text=text, options=options(body, max_tokens, sample), stop=stop,
                           source_lang=body.source_lang, target_lang=body.target_lang, field=name)
-            for text, name in zip(texts, fields) for sample in range(body.n)]
+            for text, name in zip(texts, fields) for sample in range(samples)]
 
 
 async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
@@ -206,7 +206,7 @@ async def completions(request: Request):
         raise InvalidRequest("prompt: at least one prompt is required", field="prompt")
     fields = ["prompt"] if isinstance(body.prompt, str) else [f"prompt[{i}]" for i in range(len(prompts))]
     naming(request, "prompt", max_new_tokens=token_limit(body)[0])
-    return await answer(request, state, who, COMPLETION, body, prompts, jobs(body, prompts, fields))
+    return await answer(request, state, who, COMPLETION, body, prompts, fields)
 
 
 @router.post("/v1/chat/completions")
@@ -216,13 +216,15 @@ async def chat_completions(request: Request):
     template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
     text = chat_text(body.messages, template)
     naming(request, "messages", max_new_tokens=token_limit(body)[0])
-    return await answer(request, state, who, CHAT, body, [text], jobs(body, [text], ["messages"]))
+    return await answer(request, state, who, CHAT, body, [text], ["messages"])
 
 
 async def answer(request: Request, state: AppState, who: str, shape: Shape, body: Knobs, texts: list[str],
-                 choices: list[GenerationJob]):
+                 fields: list[str]):
     """Every choice's events merged into one stream: folded into one answer, or sent as chunks."""
-    service = await dispatch.generator(state.provider, choices, body.model, per_text=body.n)
+    # the limits hold for the prompts and n before the n jobs of each prompt are made
+    service = await dispatch.generator(state.provider, jobs(body, texts, fields, 1), body.model, per_text=body.n)
+    choices = jobs(body, texts, fields, body.n)
     head = {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
             "model": service.name}
     if not body.stream:

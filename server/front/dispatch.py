@@ -144,10 +144,10 @@ async def _translate_detected(provider: ModelProvider, job: TranslationJob, mode
 
 async def generator(provider: ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
                     per_text: int = 1) -> ServedModel:
-    """The model that runs `jobs` (they share their languages), once their limits hold: the number of sequences
-    (`per_text` consecutive jobs for each text, as OpenAI's n asks), each text's characters, the beams."""
+    """The model that runs `jobs`, one a text (they share their languages), once their limits hold: the number of
+    sequences (`per_text` of each text, as OpenAI's n asks), each text's characters, the beams."""
     settings = provider.settings
-    _check_count(settings, len(jobs) // per_text, per_text)
+    _check_count(settings, len(jobs), per_text)
     _check_lengths([job.text for job in jobs], [job.field for job in jobs], settings.max_generate_chars)
     for job in jobs:
         _check_beams(settings, job.options)
