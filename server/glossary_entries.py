@@ -37,8 +37,21 @@ def size(entries: Entries) -> int:
     return len(to_tsv(entries).encode())
 
 
-def _unusable(term: str) -> bool:
-    return any(ord(c) < 32 or 128 <= ord(c) < 160 or c in UNICODE_NEWLINES for c in term)
+def _unusable(text: str) -> str | None:
+    """What makes a term (or a name) unusable: a control character, or half a UTF-16 pair (JSON's "\\ud800"),
+    which no UTF-8 text holds."""
+    if any(ord(c) < 32 or 128 <= ord(c) < 160 or c in UNICODE_NEWLINES for c in text):
+        return "a control character"
+    if any(0xD800 <= ord(c) < 0xE000 for c in text):
+        return "a lone surrogate"
+    return None
+
+
+def checked_name(name: str) -> str:
+    """A glossary's name: text without control characters."""
+    if (problem := _unusable(name)) is not None:
+        raise InvalidGlossary("name", f"the name contains {problem}")
+    return name
 
 
 def checked(pairs: Iterable[tuple[str, str]], field: str, limits: EntryLimits) -> Entries:
@@ -49,8 +62,8 @@ def checked(pairs: Iterable[tuple[str, str]], field: str, limits: EntryLimits) -
         for term in (source, target):
             if not term:
                 raise InvalidGlossary(field, f"entry {number} has an empty term")
-            if _unusable(term):
-                raise InvalidGlossary(field, f"entry {number}: the term {term!r} contains a control character")
+            if (problem := _unusable(term)) is not None:
+                raise InvalidGlossary(field, f"entry {number}: the term {term!r} contains {problem}")
             if len(term.encode()) > limits.term_bytes:
                 raise TermTooLong(field, term, len(term.encode()), limits.term_bytes)
         if source in entries:

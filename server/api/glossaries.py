@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from ..errors import GlossaryNotFound, InvalidRequest
 from ..front import ModelProvider
-from ..glossary_entries import Entries, EntryLimits
+from ..glossary_entries import Entries, EntryLimits, checked_name
 from ..glossary_store import Glossary, GlossaryStore, NewDictionary
 from ..settings import Settings
 from .access import Keys, awaited
@@ -67,7 +67,7 @@ class Glossaries:
         pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
         if len(set(pairs)) < len(pairs):
             raise InvalidRequest("dictionaries: one dictionary per language pair", field="dictionaries")
-        return await awaited(self.store.create(owner, name, dictionaries, self.settings.max_glossaries,
+        return await awaited(self.store.create(owner, checked_name(name), dictionaries, self.settings.max_glossaries,
                                                self.settings.max_glossary_bytes))
 
     async def glossaries(self, owner: str) -> list[Glossary]:
@@ -83,6 +83,7 @@ class Glossaries:
 
     async def update(self, owner: str, glossary_id: str, name: str | None = None,
                      merged: list[NewDictionary] = (), replaced: list[NewDictionary] = ()) -> Glossary:
+        name = name if name is None else checked_name(name)
         return _found(await awaited(self.store.update(owner, glossary_id, name, list(merged), list(replaced),
                                                       self.settings.max_glossary_bytes)))
 

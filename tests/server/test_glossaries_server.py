@@ -42,7 +42,8 @@ def jobs(monkeypatch):
 def v2_glossary(client):
     """An en→fr glossary made through DeepL's v2 API, deleted afterwards."""
     r = client.post("/v2/glossaries", json={"name": "numbers", "source_lang": "EN", "target_lang": "FR",
-                                            "entries": "forty-two\tquarante-trois\nseven\thuit", "entries_format": "tsv"})
+                                            "entries": "forty-two\tquarante-trois\nseven\thuit",
+                                            "entries_format": "tsv"})
     assert r.status_code == 201, r.text
     yield r.json()["glossary_id"]
     client.delete(f"/v2/glossaries/{r.json()['glossary_id']}")
@@ -99,6 +100,17 @@ def test_an_inline_glossary_is_checked(client, glossary, message, limit):
     assert r.status_code == 422, r.text
     expected = {"code": "invalid_request", "message": message, "field": "glossary"}
     assert r.json()["error"] == expected | ({"limit": limit} if limit else {})
+
+
+def test_half_a_utf16_pair_is_refused_in_a_term_and_a_name(client):
+    """JSON may escape half a surrogate pair, which no UTF-8 text (nor SQLite) holds: a 4xx, not a 500."""
+    body = '{"text": "seven", "source_lang": "en", "target_lang": "fr", "glossary": {"se\\ud800": "huit"}}'
+    r = client.post("/v1/translate", content=body, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        422, "glossary: entry 1: the term 'se\\ud800' contains a lone surrogate")
+    body = '{"name": "n\\udfff", "source_lang": "en", "target_lang": "fr", "entries": "seven\\thuit"}'
+    r = client.post("/v2/glossaries", content=body, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()) == (400, {"message": "name: the name contains a lone surrogate"})
 
 
 def test_glossary_id_needs_both_languages_and_one_glossary(client, v2_glossary):
@@ -203,7 +215,8 @@ def test_deepl_v3_glossary_too_large_after_a_merge(client):
         big = "\n".join(f"term {i}\ttargetss" for i in range(5))  # 79 bytes: fits alone, not with the 6 there
         r = client.patch(f"/v3/glossaries/{glossary_id}", json={"dictionaries": [
             {"source_lang": "en", "target_lang": "de", "entries": big, "entries_format": "tsv"}]})
-        assert (r.status_code, r.json()) == (400, {"message": "entries: the glossary has 85 bytes of entries; at most 80"})
+        assert (r.status_code, r.json()) == (
+            400, {"message": "entries: the glossary has 85 bytes of entries; at most 80"})
         assert client.get(f"/v3/glossaries/{glossary_id}").json()["dictionaries"] == [
             {"source_lang": "en", "target_lang": "fr", "entry_count": 1}]  # nothing of the refused merge is kept
     finally:
