@@ -27,13 +27,15 @@ router = STYLE.router()
 TSV = "text/tab-separated-values"
 
 
-class NotAcceptable(ServerError):
+class TsvNotAccepted(ServerError):
+    """Entries asked for in another format than TSV: DeepL answers 415."""
+
     status, code = 415, "unsupported_media_type"
 
 
-def text_param(params: Params, name: str, source: dict | None = None) -> str:
-    """A required text parameter (of the request, or of one `source` dictionary object in a v3 body)."""
-    value = params.first(name) if source is None else source.get(name)
+def text_field(fields: dict, name: str) -> str:
+    """A required text of a request, or of one dictionary object in a v3 body."""
+    value = fields.get(name)
     if value is None or value == "":
         raise InvalidRequest(missing(name), field=name)
     if not isinstance(value, str):
@@ -41,19 +43,24 @@ def text_param(params: Params, name: str, source: dict | None = None) -> str:
     return value
 
 
-def new_dictionary(request: Request, source: Params | dict, field: str) -> NewDictionary:
-    """A dictionary as DeepL's clients send one: source_lang, target_lang, entries, entries_format."""
+def request_fields(params: Params) -> dict:
+    """A v2 request's (or a v3 PUT's) fields: the first value of each name."""
+    return {name: params.first(name) for name in params.values}
+
+
+def new_dictionary(request: Request, fields: dict, field: str) -> NewDictionary:
+    """A dictionary as DeepL's clients send one: source_lang, target_lang, entries, entries_format (tsv or csv);
+    `field` names its entries in errors."""
     state = served(request)
-    params, obj = (source, None) if isinstance(source, Params) else (Params({}), source)
-    entries_format = (obj.get("entries_format") if obj is not None else params.first("entries_format")) or "tsv"
-    entries = read(text_param(params, "entries", obj), str(entries_format).lower(), field,
-                   state.glossaries.limits)
-    return state.glossaries.dictionary(state.provider, text_param(params, "source_lang", obj),
-                                       text_param(params, "target_lang", obj), entries)
+    entries_format = str(fields.get("entries_format") or "tsv").lower()
+    entries = read(text_field(fields, "entries"), entries_format, field, state.glossaries.limits)
+    return state.glossaries.dictionary(state.provider, text_field(fields, "source_lang"),
+                                       text_field(fields, "target_lang"), entries)
 
 
-def dictionaries_param(request: Request, params: Params, required: bool) -> list[NewDictionary]:
-    given = params.first("dictionaries")
+def dictionaries_field(request: Request, fields: dict, required: bool) -> list[NewDictionary]:
+    """A v3 body's `dictionaries`: a list of dictionary objects."""
+    given = fields.get("dictionaries")
     if given is None and not required:
         return []
     if not isinstance(given, list) or not given or not all(isinstance(d, dict) for d in given):
@@ -81,13 +88,14 @@ def dictionary_info(source_lang: str, target_lang: str, entry_count: int) -> dic
     return {"source_lang": source_lang, "target_lang": target_lang, "entry_count": entry_count}
 
 
-async def owner_and_params(request: Request) -> tuple[str, Params]:
+async def owner_and_fields(request: Request) -> tuple[str, dict]:
+    """Whose glossaries the caller sees, and the request's fields."""
     who, params = await caller(request)
-    return served(request).glossaries.owner(who), params
+    return served(request).glossaries.owner(who), request_fields(params)
 
 
-def pair_params(params: Params) -> tuple[str, str]:
-    return text_param(params, "source_lang"), text_param(params, "target_lang")
+def language_pair(fields: dict) -> tuple[str, str]:
+    return text_field(fields, "source_lang"), text_field(fields, "target_lang")
 
 
 # ---- v2 --------------------------------------------------------------------------------------------------------
@@ -101,31 +109,31 @@ async def glossary_language_pairs(request: Request):
 
 @router.post("/v2/glossaries", status_code=201)
 async def create_v2(request: Request):
-    owner, params = await owner_and_params(request)
-    name = text_param(params, "name")
-    glossary = await served(request).glossaries.create(owner, name, [new_dictionary(request, params, "entries")])
+    owner, fields = await owner_and_fields(request)
+    name = text_field(fields, "name")
+    glossary = await served(request).glossaries.create(owner, name, [new_dictionary(request, fields, "entries")])
     return v2_info(glossary)
 
 
 @router.get("/v2/glossaries")
 async def list_v2(request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     glossaries = await served(request).glossaries.glossaries(owner)
     return {"glossaries": [v2_info(g) for g in glossaries if len(g.dictionaries) == 1]}
 
 
 @router.get("/v2/glossaries/{glossary_id}")
 async def get_v2(glossary_id: str, request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     return v2_info(await served(request).glossaries.get(owner, glossary_id))
 
 
 @router.get("/v2/glossaries/{glossary_id}/entries")
 async def entries_v2(glossary_id: str, request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     accept = request.headers.get("accept", "*/*")
     if TSV not in accept and "*/*" not in accept:
-        raise NotAcceptable("No supported media type specified in Accept header", field="Accept")
+        raise TsvNotAccepted("No supported media type specified in Accept header", field="Accept")
     glossaries = served(request).glossaries
     dictionary = v2_info(await glossaries.get(owner, glossary_id))
     entries = await glossaries.entries(owner, glossary_id, dictionary["source_lang"], dictionary["target_lang"])
@@ -135,7 +143,7 @@ async def entries_v2(glossary_id: str, request: Request):
 @router.delete("/v2/glossaries/{glossary_id}", status_code=204)
 @router.delete("/v3/glossaries/{glossary_id}", status_code=204)
 async def delete(glossary_id: str, request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     await served(request).glossaries.delete(owner, glossary_id)
     return Response(status_code=204)
 
@@ -144,28 +152,28 @@ async def delete(glossary_id: str, request: Request):
 
 @router.post("/v3/glossaries", status_code=201)
 async def create_v3(request: Request):
-    owner, params = await owner_and_params(request)
-    name = text_param(params, "name")
-    dictionaries = dictionaries_param(request, params, required=True)
+    owner, fields = await owner_and_fields(request)
+    name = text_field(fields, "name")
+    dictionaries = dictionaries_field(request, fields, required=True)
     return v3_info(await served(request).glossaries.create(owner, name, dictionaries))
 
 
 @router.get("/v3/glossaries")
 async def list_v3(request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     return {"glossaries": [v3_info(g) for g in await served(request).glossaries.glossaries(owner)]}
 
 
 @router.get("/v3/glossaries/{glossary_id}")
 async def get_v3(glossary_id: str, request: Request):
-    owner, _ = await owner_and_params(request)
+    owner, _ = await owner_and_fields(request)
     return v3_info(await served(request).glossaries.get(owner, glossary_id))
 
 
 @router.get("/v3/glossaries/{glossary_id}/entries")
 async def entries_v3(glossary_id: str, request: Request):
-    owner, params = await owner_and_params(request)
-    source_lang, target_lang = map(base_language, pair_params(params))
+    owner, fields = await owner_and_fields(request)
+    source_lang, target_lang = map(base_language, language_pair(fields))
     entries = await served(request).glossaries.entries(owner, glossary_id, source_lang, target_lang)
     return {"dictionaries": [{"source_lang": source_lang, "target_lang": target_lang, "entries": to_tsv(entries),
                               "entries_format": "tsv"}]}
@@ -174,22 +182,22 @@ async def entries_v3(glossary_id: str, request: Request):
 @router.patch("/v3/glossaries/{glossary_id}")
 async def update_v3(glossary_id: str, request: Request):
     """Rename (`name`) and/or merge entries into dictionaries (`dictionaries`)."""
-    owner, params = await owner_and_params(request)
-    name = text_param(params, "name") if "name" in params else None
-    merged = dictionaries_param(request, params, required=name is None)
+    owner, fields = await owner_and_fields(request)
+    name = text_field(fields, "name") if "name" in fields else None
+    merged = dictionaries_field(request, fields, required=name is None)
     return v3_info(await served(request).glossaries.update(owner, glossary_id, name, merged=merged))
 
 
 @router.put("/v3/glossaries/{glossary_id}/dictionaries")
 async def replace_v3(glossary_id: str, request: Request):
-    owner, params = await owner_and_params(request)
-    dictionary = new_dictionary(request, params, "entries")
+    owner, fields = await owner_and_fields(request)
+    dictionary = new_dictionary(request, fields, "entries")
     await served(request).glossaries.update(owner, glossary_id, replaced=[dictionary])
     return dictionary_info(dictionary.source_lang, dictionary.target_lang, len(dictionary.entries))
 
 
 @router.delete("/v3/glossaries/{glossary_id}/dictionaries", status_code=204)
 async def delete_dictionary_v3(glossary_id: str, request: Request):
-    owner, params = await owner_and_params(request)
-    await served(request).glossaries.delete_dictionary(owner, glossary_id, *pair_params(params))
+    owner, fields = await owner_and_fields(request)
+    await served(request).glossaries.delete_dictionary(owner, glossary_id, *language_pair(fields))
     return Response(status_code=204)

@@ -180,6 +180,17 @@ def test_deepl_create_errors(client, fields, status, message):
     assert (r.status_code, r.json()) == (status, {"message": message})
 
 
+def test_deepl_create_from_a_form_with_csv(client):
+    r = client.post("/v2/glossaries", data={"name": "form", "source_lang": "EN-US", "target_lang": "ES",
+                                            "entries": 'seven,siete\n"one, two",tres', "entries_format": "csv"})
+    assert r.status_code == 201, r.text
+    assert {k: r.json()[k] for k in ("name", "source_lang", "target_lang", "entry_count")} == {
+        "name": "form", "source_lang": "en", "target_lang": "es", "entry_count": 2}
+    r = client.get(f"/v2/glossaries/{r.json()['glossary_id']}/entries")
+    assert r.text == "seven\tsiete\none, two\ttres"
+    assert client.delete(r.url.path.removesuffix("/entries")).status_code == 204
+
+
 def test_deepl_glossary_count_is_456_and_entries_need_tsv(client):
     made = [create_v2(client).json()["glossary_id"] for _ in range(2)]
     try:
