@@ -9,7 +9,7 @@ kept as DeepL keeps them: without region, lower case (`EN-GB` is `en`), so an EN
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..errors import GlossaryNotFound, InvalidRequest
 from ..front import ModelProvider
@@ -29,7 +29,7 @@ def base_language(code: str) -> str:
 
 def creation_time(created: float) -> str:
     """ISO 8601 in UTC with milliseconds, as DeepL writes it (its client requires the fractional seconds)."""
-    moment = datetime.fromtimestamp(created, timezone.utc)
+    moment = datetime.fromtimestamp(created, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

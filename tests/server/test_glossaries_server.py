@@ -2,14 +2,11 @@
 (native 422 naming the field and the limit, DeepL's 400/404/415/456 `{"message"}`), a stored or inline glossary
 reaching the translation job, and the store itself (owners apart, merging, a file that cannot serve)."""
 
-import asyncio
-
 import pytest
 from server_process import in_process_client
 
 from server.errors import TooManyGlossaries
 from server.front import dispatch
-from server.glossary_entries import to_tsv
 from server.glossary_store import GlossaryStore, NewDictionary
 from server.settings import Settings
 from server.sqlite_file import StoreError
