@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
+
+from model import iso_code
 
 from ..errors import GlossaryNotFound, InvalidRequest
 from ..front import ModelProvider
@@ -22,9 +25,11 @@ from .served_languages import ServedLanguages, canonical
 UNSUPPORTED_PAIR = "Unsupported glossary source and target language pair"  # DeepL's words
 
 
+@lru_cache(maxsize=1024)
 def base_language(code: str) -> str:
-    """A language code as glossaries keep it: `EN-GB` → `en`, `zh-Hans` → `zh`."""
-    return canonical(code).partition("-")[0].lower()
+    """A language code as glossaries keep it, ISO 639-1 where there is one: `EN-GB` → `en`, `zh-Hans` → `zh`, and a
+    model's own code too (`fra_Latn` → `fr`), so a /v1 request in NLLB's codes finds an `fr` dictionary."""
+    return iso_code(canonical(code)) or code.strip().lower()
 
 
 def creation_time(created: float) -> str:

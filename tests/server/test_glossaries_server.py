@@ -67,6 +67,12 @@ def test_a_stored_glossary_reaches_the_job_through_v1_and_deepl(client, jobs, v2
     assert [job.glossary for job in jobs] == [(("forty-two", "quarante-trois"), ("seven", "huit"))] * 2
 
 
+def test_a_glossary_pair_matches_any_code_of_its_languages(client, jobs, v2_glossary):
+    r = translate(client, glossary_id=v2_glossary, source_lang="eng", target_lang="FR-CA")
+    assert r.status_code == 200, r.text
+    assert jobs[-1].glossary == (("forty-two", "quarante-trois"), ("seven", "huit"))
+
+
 def test_a_file_takes_a_glossary_too(client, jobs, v2_glossary):
     for form in ({"glossary_id": v2_glossary}, {"glossary": '{"seven": "huit"}'}):
         r = client.post("/v1/translate/file", files={"file": ("n.txt", b"seven\n", "text/plain")},
