@@ -11,13 +11,14 @@ from server.glossary_store import GlossaryStore, NewDictionary
 from server.settings import Settings
 from server.sqlite_file import StoreError
 
-SETTINGS = Settings(dtype="float32", engine_process=False, max_glossary_term_bytes=16, max_glossary_bytes=80,
-                    max_glossaries=2)
+LIMITS = {"max_glossary_term_bytes": 16, "max_glossary_bytes": 80, "max_glossaries": 2}
 
 
 @pytest.fixture(scope="module")
-def client():
-    with in_process_client(SETTINGS) as c:
+def client(tmp_path_factory):
+    """The app over a store of its own (a module's fixture is made before the test's own working directory)."""
+    store = tmp_path_factory.mktemp("store") / "keys.sqlite"
+    with in_process_client(Settings(dtype="float32", key_store=str(store), **LIMITS)) as c:
         yield c
 
 
