@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Sequence
 
 from model import iso_code
 
@@ -62,7 +63,8 @@ class Glossaries:
 
     def dictionary(self, provider: ModelProvider, source_lang: str, target_lang: str, entries: Entries,
                    field: str = "source_lang") -> NewDictionary:
-        """A dictionary for a pair some served model translates (400 UNSUPPORTED_PAIR, naming `field`, if none)."""
+        """A dictionary for a pair some served model translates (InvalidRequest UNSUPPORTED_PAIR naming `field` if
+        none does)."""
         pair = base_language(source_lang), base_language(target_lang)
         if pair not in language_pairs(provider):
             raise InvalidRequest(UNSUPPORTED_PAIR, field=field)
@@ -87,7 +89,7 @@ class Glossaries:
                                                        base_language(target_lang))))
 
     async def update(self, owner: str, glossary_id: str, name: str | None = None,
-                     merged: list[NewDictionary] = (), replaced: list[NewDictionary] = ()) -> Glossary:
+                     merged: Sequence[NewDictionary] = (), replaced: Sequence[NewDictionary] = ()) -> Glossary:
         name = name if name is None else checked_name(name)
         return _found(await awaited(self.store.update(owner, glossary_id, name, list(merged), list(replaced),
                                                       self.settings.max_glossary_bytes)))
