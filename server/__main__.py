@@ -40,12 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
-    from .key_store import KeyStore, KeyStoreError
+    from .glossary_store import GlossaryStore
+    from .key_store import KeyStore
+    from .sqlite_file import StoreError
 
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))  # one file for every process
     try:
-        KeyStore(settings.key_store).close()  # created on first use; a damaged or read-only file stops us here
-    except KeyStoreError as e:
+        for store in (KeyStore, GlossaryStore):  # created on first use; a damaged or read-only file stops us here
+            store(settings.key_store).close()
+    except StoreError as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
     from model import CheckpointError, resolve_placement

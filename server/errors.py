@@ -125,3 +125,51 @@ class SamplingNeedsOneBeam(InvalidRequest):
         super().__init__("sampling (temperature, top_k, top_p, seed, or the model's default) needs 1 beam",
                          field="num_beams", limit=1)
         self.args = ()
+
+
+# Glossaries (server/glossary_entries.py checks their entries, server/glossary_store.py their number per owner).
+
+class GlossaryNotFound(ServerError):
+    """No glossary (or dictionary) of this id for this caller: another key's glossary is answered the same."""
+
+    status, code = 404, "glossary_not_found"
+
+    def __init__(self, field: str = "glossary_id"):
+        super().__init__("Glossary not found", field=field)
+        self.args = (field,)
+
+
+class InvalidGlossary(InvalidRequest):
+    """Glossary entries that cannot be used (an empty term, a control character, a duplicate source term, a line
+    without a separator): the message says which entry."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}", field=field)
+        self.problem, self.args = problem, (field, problem)
+
+
+class TermTooLong(InvalidRequest):
+    """One glossary term over max_glossary_term_bytes (UTF-8)."""
+
+    def __init__(self, field: str, term: str, count: int, limit: int):
+        super().__init__(f"{field}: the term {term[:40]!r} has {count} bytes (UTF-8); at most {limit}", field=field,
+                         limit=limit)
+        self.count, self.args = count, (field, term, count, limit)
+
+
+class GlossaryTooLarge(InvalidRequest):
+    """A glossary's entries over max_glossary_bytes (UTF-8, as TSV, every dictionary together)."""
+
+    def __init__(self, field: str, count: int, limit: int):
+        super().__init__(f"{field}: the glossary has {count} bytes of entries; at most {limit}", field=field,
+                         limit=limit)
+        self.count, self.args = count, (field, count, limit)
+
+
+class TooManyGlossaries(InvalidRequest):
+    """An owner (an API key; everyone on a server without keys) at max_glossaries already."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the maximum number of glossaries ({limit}) has been reached: delete one first",
+                         limit=limit)
+        self.args = (limit,)

@@ -7,17 +7,18 @@ key's hash, or `address:<ip>` on a server without keys. Requests are counted per
 every process reads the same), characters and requests in all per caller (`usage`). Each check is one statement,
 atomic under SQLite's write lock: a limit of N per minute admits N requests whichever process receives them.
 
-A file that is not a database, or one this process may not write, is a KeyStoreError at start, never a fresh store.
+A file that is not a database, or one this process may not write, is a StoreError at start, never a fresh store.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .sqlite_file import Transaction, open_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -44,10 +45,6 @@ CREATE TABLE IF NOT EXISTS minutes (
 """
 
 
-class KeyStoreError(Exception):
-    """The store cannot be used: the message names the file and what to do."""
-
-
 @dataclass(frozen=True)
 class KeyRecord:
     id: str
@@ -72,20 +69,10 @@ class KeyStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
-            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses nothing, a power cut the last commits
-            self.db.executescript(SCHEMA)
-            with self.transaction():  # a file this process may read but not write fails here, not at a request
-                self.db.execute("UPDATE keys SET active = active WHERE id = ''")
-        except (sqlite3.Error, OSError) as e:
-            raise KeyStoreError(f"key store {self.path}: {e} (the file is never replaced: fix its permissions, "
-                                f"or move it away to start an empty store)") from None
+        self.db = open_file(self.path, SCHEMA, "UPDATE keys SET active = active WHERE id = ''", "key store")
 
     def transaction(self):
-        return _Transaction(self.db)
+        return Transaction(self.db)
 
     # ---- keys --------------------------------------------------------------------------------------------
     def add(self, name: str, key: str | None = None, rate_limit_per_minute: int | None = None,
@@ -169,16 +156,3 @@ class KeyStore:
     def close(self) -> None:
         self.db.close()
 
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an error): takes the write lock at once, so a read-then-write never
-    meets another process's write in between."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self):
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind, error, trace):
-        self.db.execute("ROLLBACK" if kind else "COMMIT")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .key_store import KeyStore, KeyStoreError
+from .key_store import KeyStore
+from .sqlite_file import StoreError
 from .settings import Settings
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         store = KeyStore(args.key_store or Settings.from_env().key_store)
-    except (KeyStoreError, ValueError) as e:
+    except (StoreError, ValueError) as e:
         print(f"python -m server.keys: {e}", file=sys.stderr)
         return 1
     if args.command == "add":

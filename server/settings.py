@@ -36,7 +36,7 @@ class Settings:
     health_stale_s: float = 30.0  # /healthz fails when the engine loop is dead or stuck this long
     drain_timeout_s: float = 30.0  # on SIGTERM: stop accepting, let in-flight requests finish this long
     api_keys: tuple[str, ...] = field(default=(), repr=False)
-    key_store: str = "keys.sqlite"  # the SQLite key store (keys, their limits and usage); relative: to the working dir
+    key_store: str = "keys.sqlite"  # SQLite: keys, their limits and usage, glossaries; relative: to the working dir
     rate_limit_per_minute: int = 0  # work requests per API key (per client address without keys); 0 = none
     character_quota: int = 0  # characters translated per API key (per address without keys); 0 = none
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
@@ -46,6 +46,9 @@ class Settings:
     max_file_ratio: int = 100  # how many times its compressed size one .docx zip entry may inflate
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
+    max_glossaries: int = 1_000  # glossaries per API key (in all on a server without keys): DeepL's limit
+    max_glossary_bytes: int = 10 * 1024 * 1024  # UTF-8 bytes of a glossary's entries (TSV, all dictionaries)
+    max_glossary_term_bytes: int = 1_024  # UTF-8 bytes of one glossary term: DeepL's limit
     max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)
     ui: bool = True  # the web page at / (server/api/ui); --no-ui leaves / a 404
 

@@ -43,6 +43,11 @@ def characters(texts: Iterable[str]) -> int:
     return sum(map(len, texts))
 
 
+async def awaited(answer: Any) -> Any:
+    """A store's answer: at once from a file, awaited from a Ray cluster's head node (runtime.cluster_key_store)."""
+    return await answer if inspect.isawaitable(answer) else answer
+
+
 class Keys:
     """Who may call, how often (requests per clock minute), and how many characters in all."""
 
@@ -56,8 +61,7 @@ class Keys:
 
     async def count(self, method: str, *args: Any) -> Any:
         """The store's `method`: answered at once by a file, awaited from a cluster's head node."""
-        answer = getattr(self.store, method)(*args)
-        return await answer if inspect.isawaitable(answer) else answer
+        return await awaited(getattr(self.store, method)(*args))
 
     def caller(self, key: str | None, address: str | None) -> str | None:
         """The caller's identity: the key's hash when keys are required (None: missing or not an active key),

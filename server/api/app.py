@@ -15,13 +15,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
+from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
-from . import deepl, libretranslate, native, openai, page
+from . import deepl, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .access import Keys
+from .glossaries import Glossaries
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,16 @@ def installed_version() -> str:
         return "unknown"
 
 
-def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None) -> FastAPI:
-    """`key_store`: where the keys and their counts are (default: the file settings.key_store names)."""
+def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None,
+               glossary_store: GlossaryStore | None = None) -> FastAPI:
+    """`key_store`, `glossary_store`: where the keys and their counts are, and the glossaries (default: the file
+    settings.key_store names, for both)."""
     app = FastAPI(title=DISTRIBUTION, version=installed_version(),
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.state.served = AppState(provider, settings, Keys(settings, key_store or KeyStore(settings.key_store)),
-                                Downloads(settings.max_downloads, settings.download_ttl_s))
+    keys = Keys(settings, key_store or KeyStore(settings.key_store))
+    glossaries = Glossaries(glossary_store or GlossaryStore(settings.key_store), settings, keys)
+    app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
+                                glossaries)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
     app.add_middleware(ScopedCORS, owns=libretranslate.owns)  # outermost: its errors' answers get CORS too
@@ -56,7 +62,8 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    routers = [native.router(app.state.served), libretranslate.router, deepl.router, openai.router, OPERATIONS,
+    routers = [native.router(app.state.served), native_glossaries.router(app.state.served), libretranslate.router,
+               deepl.router, deepl_glossaries.router, openai.router, OPERATIONS,
                *([page.router()] if settings.ui else [])]
     for router in routers:
         app.include_router(router)

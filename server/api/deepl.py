@@ -1,9 +1,11 @@
-"""DeepL's API v2 (translate, languages, usage, glossary language pairs), mapped onto the domain: drop-in for the
-official `deepl` clients with `server_url`, and for tools that let users set a DeepL endpoint.
+"""DeepL's API v2 (translate, languages, usage), mapped onto the domain: drop-in for the official `deepl` clients
+with `server_url`, and for tools that let users set a DeepL endpoint. Its glossaries (v2 and v3) are
+api.deepl_glossaries; `glossary_id` here keeps a glossary's terms in the translation.
 
 Authentication: `Authorization: DeepL-Auth-Key KEY`, or the legacy `auth_key` parameter. Bodies are JSON or
 urlencoded forms (`text` repeated). Errors are `{"message": "..."}`: 400 bad request, 403 key rejected, 413 too
-many texts or characters, 429 rate limit (with Retry-After), 456 character quota used up. Accepted but not
+many texts or characters, 429 rate limit (with Retry-After), 456 character quota used up (or the glossaries a
+key may keep). Accepted but not
 applicable: `formality` (no served model has formality levels: every target says supports_formality false),
 `preserve_formatting` (the engine never corrects formatting), `context` and `model_type`.
 """
@@ -16,8 +18,9 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters
+from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters, TooManyGlossaries
 from ..front import dispatch
+from ..glossary_entries import Entries
 from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .access import QuotaExceeded, characters
@@ -28,13 +31,14 @@ from .streaming import json_response, until_disconnect
 MAX_TEXTS = 50  # DeepL's limit per request
 NO_CHARACTER_LIMIT = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
 AUTH_KEY = KeySending("deepl-auth-key", "auth_key", "Invalid auth key: send Authorization: DeepL-Auth-Key <key>")
+GLOSSARY_NEEDS_SOURCE = "Use of a glossary requires the source_lang parameter to be specified"
 TAG_LISTS = ("ignore_tags", "non_splitting_tags", "splitting_tags")
 # DeepL's target codes name a variety where its source codes do not.
 TARGET_VARIANTS = {"EN": ("EN-GB", "EN-US"), "PT": ("PT-BR", "PT-PT")}
 
 
 def owns(path: str) -> bool:
-    return path.startswith("/v2/")
+    return path.startswith(("/v2/", "/v3/"))
 
 
 def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
@@ -43,7 +47,8 @@ def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
 
 
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
-                                                   InvalidKey: 403, QuotaExceeded: 456})
+                                                   InvalidKey: 403, QuotaExceeded: 456,
+                                                   TooManyGlossaries: 456})
 router = STYLE.router()
 
 
@@ -130,6 +135,16 @@ async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     return await caller_of(request, AUTH_KEY, params, work), params
 
 
+async def glossary_terms(request: Request, who: str, form: DeepLTranslateForm) -> Entries:
+    """The entries of the glossary the request names (none without glossary_id)."""
+    if form.glossary_id is None:
+        return ()
+    if not form.source_lang:
+        raise InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")
+    glossaries = served(request).glossaries
+    return await glossaries.terms(glossaries.owner(who), form.glossary_id, form.source_lang, form.target_lang)
+
+
 @router.post("/v2/translate", response_model=DeepLTranslateResponse)
 async def translate(request: Request):
     state = served(request)
@@ -139,17 +154,16 @@ async def translate(request: Request):
     form = validated(DeepLTranslateForm, data, missing, invalid)
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
-    if form.glossary_id is not None:
-        raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
     languages = ServedLanguages.of(state.provider)
     for name in ("source_lang", "target_lang"):
         code = getattr(form, name)
         if code and not languages.supports(code, name.partition("_")[0]):
             raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+    glossary = await glossary_terms(request, who, form)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),
-        text_options=text_options(form))
+        text_options=text_options(form), glossary=glossary)
     naming(request, "text")
 
     async def work():
@@ -175,9 +189,3 @@ async def usage(request: Request):
     who, _ = await caller(request)
     used, quota = await state.keys.usage(who)
     return {"character_count": used, "character_limit": quota or NO_CHARACTER_LIMIT}
-
-
-@router.get("/v2/glossary-language-pairs")
-async def glossary_language_pairs(request: Request):
-    await caller(request)
-    return {"supported_languages": []}

@@ -1,5 +1,5 @@
 """What the routes' handlers find beside their request: the app's state (the models, the settings, keys and
-limits, translated files waiting for download) and the caller, from the key as each API sends it.
+limits, translated files waiting for download, glossaries) and the caller, from the key as each API sends it.
 
 Plain functions of the request, and on an open server no dependency at all: FastAPI resolves each dependency of
 a route on every request, which cost the HTTP process a measurable share of its CPU per request
@@ -19,6 +19,7 @@ from ..settings import Settings
 from .downloads import Downloads
 from .errors import InvalidKey
 from .access import Keys
+from .glossaries import Glossaries
 from .reading import Params
 
 
@@ -28,6 +29,7 @@ class AppState:
     settings: Settings
     keys: Keys  # keys, rate limits and quotas: one set for all the APIs
     downloads: Downloads  # LibreTranslate's translated files
+    glossaries: Glossaries  # every API's, in one store
     started: int = field(default_factory=lambda: int(time.time()))  # when the app was made (Unix seconds)
 
 

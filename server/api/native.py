@@ -15,15 +15,17 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
                       TranslationResult)
 from ..errors import BadBody, InvalidRequest, ServerError
 from ..front import dispatch
+from ..glossary_entries import Entries
 from .deps import AppState, authorize, caller, served
 from .errors import naming
+from .native_glossaries import job_glossary, json_object
 from .access import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect
 
 
-def translation_job(body: TranslateRequest) -> TranslationJob:
+def translation_job(body: TranslateRequest, glossary: Entries = ()) -> TranslationJob:
     options = decode_options(body, num_beams=body.beam_size)
     split = body.split_sentences or ("1" if body.format == "text" else "nonewlines")
     text_options = TextOptions(format=body.format, split_sentences=split, ignore_tags=tuple(body.ignore_tags or ()),
@@ -31,7 +33,7 @@ def translation_job(body: TranslateRequest) -> TranslationJob:
                                splitting_tags=tuple(body.splitting_tags or ()))
     return TranslationJob(texts=tuple(body.text), fields=tuple(body.field_name(i) for i in range(len(body.text))),
                           source_lang=body.source_lang, target_lang=body.target_lang, options=options,
-                          text_options=text_options)
+                          text_options=text_options, glossary=glossary)
 
 
 def translate_response(result: TranslationResult, with_scores: bool) -> TranslateResponse:
@@ -78,7 +80,9 @@ FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data"
     "properties": {"file": {"type": "string", "format": "binary", "description": ".txt, .html, .srt or .docx"},
                    "source_lang": {"type": "string", "maxLength": 32},
                    "target_lang": {"type": "string", "maxLength": 32},
-                   "model": {"type": "string", "maxLength": 200}}}}}}}
+                   "model": {"type": "string", "maxLength": 200},
+                   "glossary_id": {"type": "string", "maxLength": 64},
+                   "glossary": {"type": "string", "description": 'a JSON object: {"source term": "target term"}'}}}}}}}
 
 
 def _form_text(form, name: str, max_length: int = 200) -> str | None:
@@ -91,9 +95,12 @@ def _form_text(form, name: str, max_length: int = 200) -> str | None:
 async def translate(body: TranslateRequest, request: Request):
     state = served(request)
     naming(request, "text", num_beams="beam_size")
+    glossary = await job_glossary(state, caller(request), body.glossary_id, body.glossary, body.source_lang,
+                                  body.target_lang)
 
     async def work():
-        result = await dispatch.translate(state.provider, translation_job(body), body.model, detect_missing=False,
+        result = await dispatch.translate(state.provider, translation_job(body, glossary), body.model,
+                                          detect_missing=False,
                                           spending=state.keys.spending(caller(request), characters(body.text)))
         return json_response(translate_response(result, body.return_scores))
 
@@ -112,13 +119,17 @@ async def translate_file(request: Request):
     if not isinstance(upload, UploadFile):
         raise InvalidRequest("file: a multipart file field is required", field="file")
     fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
+    glossary = await job_glossary(state, caller(request), _form_text(form, "glossary_id", 64),
+                                  json_object(_form_text(form, "glossary", state.settings.max_body_bytes), "glossary"),
+                                  fields["source_lang"], fields["target_lang"])
     name = PurePath(upload.filename or "file")
     data = await upload.read()
 
     async def work():
         parsed = await dispatch.read_document(state.provider, data, name.suffix)
         translated = await dispatch.translate_file(state.provider, parsed, **fields,
-                                                   spending=state.keys.spending(caller(request), parsed.characters))
+                                                   spending=state.keys.spending(caller(request), parsed.characters),
+                                                   glossary=glossary)
         download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
         return Response(translated, media_type=upload.content_type or "application/octet-stream",
                         headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})

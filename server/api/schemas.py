@@ -48,6 +48,11 @@ class TranslateRequest(Strict):
     ignore_tags: TagList | None = Field(None, description="markup elements whose contents come back untouched")
     non_splitting_tags: TagList | None = Field(None, description="markup elements that never cut a sentence")
     splitting_tags: TagList | None = Field(None, description="markup elements that always cut one")
+    glossary_id: str | None = Field(None, max_length=64, description="a glossary of /v1/glossaries (or DeepL's): its "
+                                    "dictionary from source_lang to target_lang (both required) is kept")
+    glossary: dict[str, str] | None = Field(None, examples=[{"forty-two": "quarante-deux"}],
+                                            description='{"source term": "target term", ...}: where a source term '
+                                                        'occurs in a sentence, its target term is in the translation')
 
     @model_validator(mode="wrap")
     @classmethod

@@ -205,16 +205,17 @@ async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> Pa
 
 async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lang: str | None,
                          target_lang: str | None, model: str | None = None,
-                         spending: AbstractAsyncContextManager = nullcontext()) -> bytes:
+                         spending: AbstractAsyncContextManager = nullcontext(),
+                         glossary: tuple[tuple[str, str], ...] = ()) -> bytes:
     """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
     paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
-    not max_texts, bound a file."""
+    not max_texts, bound a file. `glossary`: the job's (source term, target term) pairs."""
     if not parsed.texts:
         async with spending:  # charged as any file is, so that a spent quota answers the same
             return await asyncio.to_thread(parsed.write, [])
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags)
     job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
-                         source_lang=source_lang, target_lang=target_lang, text_options=options)
+                         source_lang=source_lang, target_lang=target_lang, text_options=options, glossary=glossary)
     result = await _translate(provider, job, model, False, spending)
     return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])

@@ -36,7 +36,7 @@ from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJo
 from ..errors import QueueFull
 from ..front import ModelRegistry, ModelService
 from ..settings import Settings
-from .cluster_key_store import cluster_key_store
+from .cluster_key_store import cluster_glossary_store, cluster_key_store
 from .forwarding import ReplicaModels
 from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
@@ -88,7 +88,8 @@ class ModelServer:
         self.load = serve.multiplexed(max_num_models_per_replica=settings.max_models_per_replica)(load)
 
     def __serve_build_asgi_app__(self):
-        app = create_app(ReplicaModels(self), self.settings, cluster_key_store(self.settings.key_store))
+        app = create_app(ReplicaModels(self), self.settings, cluster_key_store(self.settings.key_store),
+                         cluster_glossary_store(self.settings.key_store))
         if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
             server = uvicorn_server(app, self.settings, lifespan="off")
             sock = reuseport_socket(self.settings.host, self.settings.port)

@@ -101,10 +101,11 @@ def test_html_and_sentences(url):
     assert one.splitlines() == [words(101, "it"), words(7, "it")]
 
 
-def test_languages_type_in_the_query_string_and_glossaries_off(url):
+def test_languages_type_in_the_query_string_and_the_glossary_pairs(url):
     targets = httpx.get(f"{url}/v2/languages?type=target", headers=AUTH).json()
     assert [t["language"] for t in targets] == ["DE", "FR", "ES", "IT"]
-    assert httpx.get(f"{url}/v2/glossary-language-pairs", headers=AUTH).json() == {"supported_languages": []}
+    pairs = httpx.get(f"{url}/v2/glossary-language-pairs", headers=AUTH).json()["supported_languages"]
+    assert pairs == [{"source_lang": "en", "target_lang": t} for t in ("de", "fr", "es", "it")]
 
 
 @pytest.mark.parametrize("body, status, message", [
@@ -112,7 +113,8 @@ def test_languages_type_in_the_query_string_and_glossaries_off(url):
     ({"text": [words(7)]}, 400, "Parameter 'target_lang' not specified."),
     ({"text": [words(7)], "target_lang": "DE", "source_lang": "XX"}, 400, "Value for 'source_lang' not supported."),
     ({"text": [words(7)], "target_lang": "DE", "tag_handling": "markdown"}, 400, None),
-    ({"text": [words(7)], "target_lang": "DE", "glossary_id": "g1"}, 400, None),
+    ({"text": [words(7)], "target_lang": "DE", "glossary_id": "g1"}, 400,
+     "Use of a glossary requires the source_lang parameter to be specified"),
     ({"text": [words(7)] * 51, "target_lang": "DE"}, 413, "Too many texts: 51; at most 50"),
     ({"text": ["x" * 25_000], "target_lang": "DE"}, 413, None),  # body over --max-body-bytes
 ])

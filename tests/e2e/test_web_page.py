@@ -119,6 +119,31 @@ def test_typing_translates_and_the_url_keeps_the_state(server, browser):
     assert "target=es" in browser.current_url and "q=seven+hundred+and+three" in browser.current_url
 
 
+def test_glossary_terms_go_with_the_request_and_stay_in_the_url(server, browser, clean_console):
+    """The page sends the terms as /v1/translate's glossary (what the translation does with them is the engine's:
+    the page shows what the API answers for the same request, its error for a term it refuses), and a link with
+    them restores them."""
+    browser.get(server.url + "/?source=en&target=fr&q=forty-two")
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value"))
+    assert not by_id(browser, "glossary-box").get_attribute("open")
+    by_id(browser, "glossary-box").click()
+    by_id(browser, "glossary").send_keys("forty-two = quarante-trois\nseven = huit")
+    expected = translate(server, text="forty-two", source_lang="en", target_lang="fr",
+                         glossary={"forty-two": "quarante-trois", "seven": "huit"})["translations"][0]["text"]
+    wait(browser, lambda: "glossary=" in browser.current_url)
+    assert "glossary=forty-two+%3D+quarante-trois%0Aseven+%3D+huit" in browser.current_url
+    wait(browser, lambda: by_id(browser, "translation").get_attribute("value") == expected)
+    browser.get(browser.current_url)
+    wait(browser, lambda: by_id(browser, "glossary-box").get_attribute("open"))
+    assert by_id(browser, "glossary").get_attribute("value") == "forty-two = quarante-trois\nseven = huit"
+    clean_console.add(422)
+    by_id(browser, "glossary").send_keys("\nten =")
+    message = translate(server, text="forty-two", source_lang="en", target_lang="fr",
+                        glossary={"forty-two": "quarante-trois", "seven": "huit", "ten": ""})["error"]["message"]
+    assert message == "glossary: entry 3 has an empty term"
+    wait(browser, lambda: by_id(browser, "error").text == message)
+
+
 def test_swap_exchanges_languages_and_texts(server, browser, clean_console):
     clean_console.add(422)  # fr → en: the demo model translates from English only
     browser.get(server.url + "/?source=en&target=fr&q=forty-two")

@@ -1,5 +1,6 @@
 // The text view: translate as you type (debounced, the previous request aborted) or on demand, with the
-// detected language, beam alternatives, a character counter against the server's limit, swap and copy.
+// detected language, beam alternatives, a glossary of terms to keep, a character counter against the server's
+// limit, swap and copy.
 
 import { json } from "./api.js";
 import { languageName } from "./catalog.js";
@@ -7,10 +8,22 @@ import { languageName } from "./catalog.js";
 const TYPING_PAUSE_MS = 400;
 const $ = (id) => document.getElementById(id);
 
+// The glossary box's "source = target" lines as /v1/translate's glossary; null when it holds none.
+function glossaryTerms(lines) {
+  const terms = {};
+  lines.split("\n").forEach((line, index) => {
+    if (!line.trim()) return;
+    const at = line.indexOf("=");
+    if (at < 0) throw new Error(`Glossary line ${index + 1}: write "source = target"`);
+    terms[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  });
+  return Object.keys(terms).length ? terms : null;
+}
+
 export function setupText({ catalog, report, changed }) {
   const text = $("text"), output = $("translation"), counter = $("counter"), detected = $("detected");
   const source = $("source"), target = $("target"), model = $("model"), alternatives = $("alternatives");
-  const list = $("alternatives-list");
+  const list = $("alternatives-list"), glossary = $("glossary");
   let pending = null, timer = null, detectedCode = null;
 
   // one text: the request's characters and the text's characters are both limited
@@ -46,6 +59,8 @@ export function setupText({ catalog, report, changed }) {
       body.beam_size = Math.max(extra + 1, catalog.model(model.value).default_beam_size);
     }
     try {
+      const terms = glossaryTerms(glossary.value);
+      if (terms) body.glossary = terms;
       const result = await json("v1/translate", { body, signal: pending.signal });
       report(null);
       show(result.translations[0]);
@@ -90,6 +105,8 @@ export function setupText({ catalog, report, changed }) {
 
   text.addEventListener("input", edited);
   alternatives.addEventListener("change", edited);
+  glossary.addEventListener("input", edited);
+  $("glossary-box").open = Boolean(glossary.value); // a link with terms shows them
   for (const select of [source, target]) select.addEventListener("change", languagesChanged);
   model.addEventListener("change", edited);
   $("translate").addEventListener("click", translate);
