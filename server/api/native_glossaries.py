@@ -7,8 +7,6 @@ the store DeepL's glossary API shares (a glossary made through either is used th
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations as objects.
-import json
-
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
@@ -19,6 +17,7 @@ from ..glossary_entries import Entries, from_mapping
 from ..glossary_store import Glossary
 from .deps import AppState, authorize, caller, served
 from .glossaries import base_language, creation_time
+from .reading import json_or_none
 
 
 class DictionaryEntries(BaseModel):
@@ -71,10 +70,7 @@ def json_object(text: str | None, field: str) -> dict | None:
     """A form field holding a JSON object (a file request's inline glossary)."""
     if text is None:
         return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
+    value = json_or_none(text)
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise InvalidRequest(f'{field}: a JSON object of terms is expected, {{"source term": "target term"}}',
                              field=field)

@@ -40,16 +40,22 @@ class Params:
         return name in self.values
 
 
+def json_or_none(text: str | bytes) -> Any | None:
+    """The JSON value `text` holds; None where it holds none, or one nested deeper than the parser recurses (a
+    RecursionError: 10^5 brackets are 200 kB, well within a body's limit)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 async def read_params(request: Request) -> Params:
     values: dict[str, list[Any]] = {}
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
         body = await request.body()
         if body.strip():
-            try:
-                payload = json.loads(body)
-            except ValueError:
-                payload = None
+            payload = json_or_none(body)
             if not isinstance(payload, dict):
                 raise BadBody("Invalid JSON format", field="body")
             values = {name: [value] for name, value in payload.items()}

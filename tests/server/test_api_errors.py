@@ -100,6 +100,38 @@ def test_invalid_json_utf8_and_size(client):
     assert client.get("/readyz").status_code == 200  # the server is unharmed
 
 
+def routes(app_routes):
+    """Every route of the app, through the routers it includes."""
+    for route in app_routes:
+        included = getattr(route, "original_router", None)  # FastAPI keeps an included router whole
+        yield from routes(included.routes) if included is not None else [route]
+
+
+def test_json_nested_100000_deep_is_a_4xx_on_every_route(checkpoint):
+    """json.loads raises RecursionError, not ValueError, past ~1,000 levels: it was a 500 on every compatible
+    route and on the glossary routes."""
+    depth = 100_000  # 200-500 kB: within the default body limit
+    bodies = (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth)
+    with in_process_client(Settings(dtype="float32"), [str(checkpoint)]) as client:
+        answered = nested_answers(client, bodies)
+        assert client.get("/readyz").status_code == 200
+    reads_no_body = {("POST", "/languages")}  # LibreTranslate's languages list: the body is not read
+    assert {key for key, status in answered.items() if not 400 <= status < 500} == reads_no_body, answered
+    assert {"/v2/translate", "/translate", "/detect", "/v1/chat/completions"} <= {path for _, path in answered}
+
+
+def nested_answers(client, bodies) -> dict[tuple[str, str], int]:
+    answered = {}
+    for route in routes(client.app.routes):
+        for method in getattr(route, "methods", set()) & {"POST", "PUT", "PATCH"}:
+            path = route.path.replace("{glossary_id}", "g1")
+            for body in bodies:
+                response = client.request(method, path, content=body, headers={"content-type": "application/json"})
+                answered[method, path] = response.status_code
+                assert response.json()  # an error body in the route's API's shape, not a bare 500 page
+    return answered
+
+
 def test_streaming_equals_non_streaming(client):
     body = {"text": "the quick brown fox", "max_new_tokens": 30}
     whole = client.post("/v1/generate", json=body).json()
