@@ -102,7 +102,7 @@ def plan(args: argparse.Namespace) -> list[Step]:
         ray = installed("ray")
         server_args = ("" if ray else "--no-ray ") + f"--device {device} --dtype {half} --max-batch-rows " + \
             ("16" if dry else "256")
-        users, duration, clients, texts = ("4", "5s", "1,4", "48") if dry else ("64", "60s", "1,32,256", "2000")
+        users, duration, clients, texts = ("4", "5s", "1,4", "24") if dry else ("64", "60s", "1,32,256", "2000")
         serve = Step("serve", f"python -m server {server_args} under load", [
             Command("locust", [py, "-m", "loadtests.run", "--start-server", "--server-args", server_args,
                                "--host", f"http://127.0.0.1:{args.port}", "--users", users, "--spawn-rate", users,
@@ -114,7 +114,7 @@ def plan(args: argparse.Namespace) -> list[Step]:
             Command("bench_serving", [py, "-m", "loadtests.bench_serving", "--device", device, "--dtype", half,
                                       "--max-batch-rows", "16" if dry else "256", "--clients", clients,
                                       "--texts-per-request", "1", "--texts", texts, "--one-client-texts",
-                                      "16" if dry else "200", "--workers", "1", "--port", str(args.port + 1),
+                                      "8" if dry else "200", "--workers", "1", "--port", str(args.port + 1),
                                       # the dry run's locust run has walked the Ray path already
                                       "--paths", "engine,no-ray" + (",ray" if ray and not dry else "")], 900)])
         if not ray:
