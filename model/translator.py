@@ -48,7 +48,7 @@ class Translator:
             progress(len(results))  # blank lines are done already
         order = sorted(prepared, key=lambda i: -len(prepared[i].ids))
         longest = max((len(s.ids) for s in prepared.values()), default=1)
-        decoder = BatchDecoder(bundle.network, capacity=batch_size * params.num_beams, max_source_len=longest,
+        decoder = BatchDecoder(bundle.network, capacity=batch_size * params.rows, max_source_len=longest,
                                max_new_tokens=params.max_new_tokens)
         jobs = {i: (prepared[i].ids, replace(params, forced_bos_token_id=prepared[i].forced_bos)) for i in order}
         for ids, job_params in jobs.values():
@@ -57,7 +57,7 @@ class Translator:
         next_key = next(pending, None)
         while next_key is not None or decoder.searches:
             admitted = []
-            while next_key is not None and decoder.free_rows - len(admitted) * params.num_beams >= params.num_beams:
+            while next_key is not None and decoder.free_rows - len(admitted) * params.rows >= params.rows:
                 admitted.append((next_key, *jobs[next_key]))
                 next_key = next(pending, None)
             if admitted:
