@@ -140,7 +140,8 @@ class ConstrainedBeamSearch(Search):
         own = []
         if not self.own.done:
             scores = self.own.running_scores if isinstance(self.own, BeamSearch) else [self.own.logprob]
-            own = [Beam(tokens, score, state, row) for row, (tokens, score, state)
+            # a copy of the tokens: a greedy search appends to its own list
+            own = [Beam(list(tokens), score, state, row) for row, (tokens, score, state)
                    in enumerate(zip(self.own.sequences, scores, self.own_states)) if score > NEG_LARGE]
         return own + self.beams
 

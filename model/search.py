@@ -30,7 +30,7 @@ def new_tokens_within(length: int) -> int:
     return length - START_TOKENS
 
 NEG_LARGE = -1.0e9  # transformers' "impossible" score for beams
-# Rows a constrained sequence adds to its beams: one per constraint up to this many (more terms share them)
+# Rows a constrained sequence adds to its beams: one per constraint token up to this many (more tokens share them)
 CONSTRAINT_ROWS = 4
 
 
@@ -75,9 +75,9 @@ class DecodeParams:
 
     @property
     def rows(self) -> int:
-        """Cache rows a sequence takes: its beams, and with constraints a few more that spell them
-        (model.constrained)."""
-        return self.num_beams + min(len(self.constraints), CONSTRAINT_ROWS)
+        """Cache rows a sequence takes: its beams, and with constraints one more per constraint token (a row for each
+        count of constraint tokens met, model.constrained), up to CONSTRAINT_ROWS."""
+        return self.num_beams + min(sum(map(len, self.constraints)), CONSTRAINT_ROWS)
 
 
 @dataclass
