@@ -142,9 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"demo model, float32, {platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads\n")
     # numbers ending in 00 have no last-two-digit words to force: the next held-out ones take their place
-    numbers = [n for n in held_out_numbers(args.numbers + args.numbers // 10 + 10) if n % 100][:args.numbers]
+    count = max(args.numbers, args.speed_numbers)
+    numbers = [n for n in held_out_numbers(count + count // 10 + 10) if n % 100][:count]
     if args.numbers:
-        quality(translator, numbers, beam_sizes)
+        quality(translator, numbers[:args.numbers], beam_sizes)
     if args.speed_numbers:
         speed(translator, numbers[:args.speed_numbers], beam_sizes, args.rounds)
 

@@ -17,19 +17,20 @@ generated_len ** length_penalty. Progress inside each constraint is a KMP automa
 falls back to the longest prefix still matching. The search's greedy part takes the best log-probability (a greedy
 search alone takes the best logit: the same token but for ties that log_softmax's rounding creates).
 
-Dimensions: r rows (num_beams + constraint rows), W candidates per row (≥ 2·r), C constraints, m constrained rows
-in the batch.
+Dimensions: k beams (num_beams), r rows (k + constraint rows), W candidates per row (2·max(k, r - k)),
+C constraints, m constrained rows in the batch.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
-from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch,
-                     _advance_width, finish_reason)
+from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams,
+                     finish_reason)
 
 State = tuple[int, ...]  # per constraint: its tokens matched so far; its length once met (it stays met)
 
@@ -58,6 +59,13 @@ class Constraints:
         """Constraint tokens met: whole constraints, and the furthest progress inside an unmet one."""
         done = sum(p for c, p in zip(self.sequences, state) if p == len(c))
         return done + max((p for c, p in zip(self.sequences, state) if p < len(c)), default=0)
+
+    def may_progress(self, state: State) -> set[int] | None:
+        """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
+        fallback lands on one of them); None (every token) once a constraint is met, as that stays."""
+        if any(p == len(c) for c, p in zip(self.sequences, state)):
+            return None
+        return {token for c in self.sequences for token in c}
 
     def next_tokens(self, state: State) -> list[int]:
         """Per constraint, the token that continues it (a met one's first token: a placeholder, never proposed)."""
@@ -89,6 +97,7 @@ class Candidate:
     parent: Beam
     token: int
     state: State
+    bank: int  # constraint tokens met (Constraints.bank)
 
     @property
     def tokens(self) -> list[int]:
@@ -104,6 +113,7 @@ class ConstrainedBeamSearch(Search):
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
         self.finished: list[tuple[bool, float, list[int]]] = []  # constraint beams': (all met, score, tokens)
+        self.candidates: list[Candidate] = []  # this step's, between propose and settle
 
     def wanted_tokens(self) -> list[list[int]]:
         """(r, C): per row, the token continuing each constraint, whose log-probability the step gathers."""
@@ -111,16 +121,27 @@ class ConstrainedBeamSearch(Search):
         states += [self.constraints.start] * (self.num_rows - len(states))
         return [self.constraints.next_tokens(state) for state in states]
 
-    def advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor, wanted_logprobs: torch.Tensor) -> list[int]:
-        """top_logprobs, top_tokens (r, W); wanted_logprobs (r, C) of wanted_tokens() → the parent row of each row."""
+    def propose(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor, wanted_logprobs: torch.Tensor) -> None:
+        """The first half of a step, before the own search advances: the constraint beams' candidates.
+        top_logprobs, top_tokens (r, W); wanted_logprobs (r, C) of wanted_tokens()."""
+        self.candidates = self._candidates(self._live(), top_logprobs, top_tokens, wanted_logprobs)
+
+    def own_advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
+        """A greedy own search's step (own beam searches step together: advance_constrained) → its parent rows."""
+        self.own.advance(int(top_tokens[0, 0]), float(top_logprobs[0, 0]))
+        return [0]
+
+    def settle(self, own_parents: list[int]) -> list[int]:
+        """The second half, once the own search has stepped (own_parents: its rows' parents) → every row's parent."""
         k = self.params.num_beams
         at_limit = self.cur_len + 1 >= self.max_length
-        candidates = self._candidates(self._live(), top_logprobs, top_tokens, wanted_logprobs, at_limit)
         parents = list(range(self.num_rows))
-        if not self.own.done:
-            parents[:k] = self._advance_own(top_logprobs[:k], top_tokens[:k])
-        own = {tuple(tokens) for tokens in self.own.sequences} if not self.own.done else set()
-        candidates = [c for c in candidates if tuple(c.tokens) not in own]  # the own search holds these
+        if own_parents:
+            parents[:k] = own_parents
+            self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1])
+                               for p, tokens in zip(own_parents, self.own.sequences)]
+        own = {tuple(tokens) for tokens in self.own.sequences} if own_parents else set()
+        candidates = [c for c in self.candidates if tuple(c.tokens) not in own]  # the own search holds these
         if at_limit:
             self._finish(candidates)
             kept = []
@@ -146,9 +167,12 @@ class ConstrainedBeamSearch(Search):
         return own + self.beams
 
     def _candidates(self, live: list[Beam], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
-                    wanted_logprobs: torch.Tensor, at_limit: bool) -> list[Candidate]:
+                    wanted_logprobs: torch.Tensor) -> list[Candidate]:
         """Each live hypothesis' top tokens and constraint tokens that meet some constraint token; </s> only with
         every constraint met (or at the limit)."""
+        if not live:
+            return []
+        at_limit = self.cur_len + 1 >= self.max_length
         rows = torch.tensor([b.row for b in live], dtype=torch.long)
         running = torch.tensor([b.score for b in live], dtype=torch.float32)[:, None]  # (live, 1)
         # float32 sums, as BeamSearch adds a row's score to its log-probabilities
@@ -156,34 +180,23 @@ class ConstrainedBeamSearch(Search):
         wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, C)
         candidates = []
         for beam, tokens, totals, wanted in zip(live, top_tokens[rows].tolist(), top_totals, wanted_totals):
-            seen = set()
+            seen, useful = set(), self.constraints.may_progress(beam.state)
             for token, total in zip(tokens + self.constraints.next_tokens(beam.state), totals + wanted):
-                if total == NEG_INF or token in seen:
+                if total == NEG_INF or token in seen or (useful is not None and token not in useful):
                     continue
                 seen.add(token)
                 state = self.constraints.advance(beam.state, token)
-                if self.constraints.bank(state) == 0 or (token == self.eos_id and not at_limit
-                                                         and not self.constraints.met(state)):
+                bank = self.constraints.bank(state)
+                if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue
-                candidates.append(Candidate(total, beam, token, state))
+                candidates.append(Candidate(total, beam, token, state, bank))
         return candidates
-
-    def _advance_own(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
-        """The request's own search steps as it would alone → its rows' parents; its hypotheses' progress follows."""
-        if isinstance(self.own, BeamSearch):
-            parents, = _advance_width(self.own.num_rows, [self.own], top_logprobs, top_tokens)
-        else:
-            parents = [0]
-            self.own.advance(int(top_tokens[0, 0]), float(top_logprobs[0, 0]))
-        self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1])
-                           for p, tokens in zip(parents, self.own.sequences)]
-        return parents
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
         """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` finish instead."""
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
-            banks.setdefault(self.constraints.bank(c.state), []).append(c)
+            banks.setdefault(c.bank, []).append(c)
         # stripes: every bank's best (most constraint tokens met first), then every bank's second best, ...
         order = sorted(((rank, -bank, c) for bank, members in banks.items() for rank, c in enumerate(members)),
                        key=lambda item: item[:2])
@@ -248,11 +261,13 @@ class ConstrainedBeamSearch(Search):
 
 def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor,
                         top: Callable) -> list[torch.Tensor]:
-    """What the constrained searches choose from, on the device: their rows' top 2·k log-probabilities and tokens
+    """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
     (m, W) and the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
-    top_logprobs, top_tokens = top(mine, min(2 * max(s.num_rows for s in searches), mine.shape[-1]))  # (m, W)
+    # 2·k for the own beam search, 2·(constraint rows) for the constraint beams
+    width = 2 * max(max(s.params.num_beams, s.num_rows - s.params.num_beams) for s in searches)
+    top_logprobs, top_tokens = top(mine, min(width, mine.shape[-1]))  # (m, W)
     wanted = [row for s in searches for row in s.wanted_tokens()]
     width = max(len(row) for row in wanted)
     wanted = torch.tensor([row + [row[0]] * (width - len(row)) for row in wanted], device=logprobs.device)
@@ -261,11 +276,20 @@ def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.T
 
 def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
                         wanted_logprobs: torch.Tensor) -> list[list[int]]:
-    """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → local parents."""
-    parents, first = [], 0
-    for s in searches:
+    """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → local parents. Their
+    own beam searches step together, as advance_beams steps the batch's others."""
+    firsts = list(itertools.accumulate((s.num_rows for s in searches), initial=0))
+    for s, first in zip(searches, firsts):
         rows = slice(first, first + s.num_rows)
-        count = len(s.params.constraints)
-        parents.append(s.advance(top_logprobs[rows], top_tokens[rows], wanted_logprobs[rows, :count]))
-        first += s.num_rows
-    return parents
+        s.propose(top_logprobs[rows], top_tokens[rows], wanted_logprobs[rows, :len(s.params.constraints)])
+    stepping = [(s, first) for s, first in zip(searches, firsts) if not s.own.done]
+    beams = [(s, first) for s, first in stepping if isinstance(s.own, BeamSearch)]
+    own_parents = {}
+    if beams:
+        own_rows = torch.tensor([first + r for s, first in beams for r in range(s.params.num_beams)])
+        stepped = advance_beams([s.own for s, _ in beams], top_logprobs[own_rows], top_tokens[own_rows])
+        own_parents = {id(s): parents for (s, _), parents in zip(beams, stepped)}
+    for s, first in stepping:
+        if not isinstance(s.own, BeamSearch):
+            own_parents[id(s)] = s.own_advance(top_logprobs[first:first + 1], top_tokens[first:first + 1])
+    return [s.settle(own_parents.get(id(s), [])) for s in searches]
