@@ -179,7 +179,7 @@ class BatchDecoder:
         greedy = [s for s in searches if isinstance(s, SingleSearch) and not s.params.do_sample]
         beams = [s for s in searches if isinstance(s, BeamSearch)]
         constrained = [s for s in searches if isinstance(s, ConstrainedBeamSearch)]
-        chosen = []  # on the device: what greedy and beam searches choose from, copied to the host together
+        chosen = []  # on the device: what the searches choose from, copied to the host together
         if greedy:
             greedy_rows = [s.rows[0] for s in greedy]
             best = vocabulary_argmax(_select_rows(scores, greedy_rows))  # (g, 1)

@@ -80,6 +80,8 @@ class ModelService:
         characters are checked by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options)
+        if job.glossary and params.do_sample:
+            raise InvalidRequest("a glossary needs greedy or beam search, not sampling", field="glossary")
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])

@@ -43,3 +43,10 @@ def test_every_sentence_keeps_the_target_terms_of_its_source_terms(service, beam
 def test_a_target_term_the_model_cannot_spell_is_refused_by_name(service):
     with pytest.raises(InvalidRequest, match="'漢字'"):
         translate(service, ("forty-two",), (("forty-two", "漢字"),))
+
+
+def test_a_glossary_with_sampling_is_refused(service):
+    job = TranslationJob(texts=("forty-two",), fields=("text",), target_lang="fr",
+                         options=DecodeOptions(temperature=0.7), glossary=(("forty-two", "quarante-trois"),))
+    with pytest.raises(InvalidRequest, match="sampling"):
+        asyncio.run(service.translate(job))
