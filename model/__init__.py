@@ -13,6 +13,7 @@ from .bundle import ModelBundle, Source, demo_model_dir, load
 from .cpu_memory import keep_freed_memory
 from .dtypes import native_bfloat16, resolve_dtype, resolve_placement
 from .errors import CheckpointError
+from .glossary import Glossary, UnspellableTerm, check_terms, term_constraints, term_ids
 from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
@@ -22,8 +23,8 @@ from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Hypothesis", "MarkupError", "ModelBundle",
+           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Glossary", "Hypothesis", "MarkupError", "ModelBundle",
            "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnsupportedLanguage", "WordTooLong", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
+           "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
            "iso_code", "keep_freed_memory", "load", "match_language", "native_bfloat16", "new_tokens_within", "prepare",
-           "read_file", "resolve_dtype", "resolve_placement", "text_content", "word_alignments"]
+           "read_file", "resolve_dtype", "resolve_placement", "term_constraints", "term_ids", "text_content", "word_alignments"]

@@ -17,9 +17,9 @@ from typing import Hashable
 
 import torch
 
+from .constrained import ConstrainedBeamSearch, advance_constrained, constrained_choices
 from .logits_rules import ActiveRules, RowRules
-from .search import (BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams, new_search,
-                     target_length)
+from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams, target_length
 from .static_step import StaticStep
 from .transformer import Seq2SeqTransformer
 
@@ -34,7 +34,7 @@ class StepEvent:
 @dataclass
 class Encoded:
     """New requests after their encoder pass, waiting to join the batch: one source per entry, which takes its
-    num_beams cache rows (in a block, entries in order) when it joins."""
+    cache rows (params.rows, in a block, entries in order) when it joins."""
 
     entries: list[tuple[Hashable, list[int], DecodeParams]]
     cross_k: torch.Tensor  # (L, B, H, S, Dh): cross-attention keys of every decoder layer, one row per entry
@@ -44,7 +44,7 @@ class Encoded:
     @property
     def copies(self) -> list[int]:
         """The cache rows each entry takes: its beams."""
-        return [params.num_beams for _, _, params in self.entries]
+        return [params.rows for _, _, params in self.entries]
 
     @property
     def rows(self) -> int:
@@ -93,8 +93,9 @@ class BatchDecoder:
             raise ValueError(f"source has {len(source_ids)} tokens; allowed 1..{self.max_source_len}")
         if params.max_new_tokens > self.max_new_tokens:
             raise ValueError(f"max_new_tokens {params.max_new_tokens} exceeds {self.max_new_tokens}")
-        if params.num_beams > self.capacity:
-            raise ValueError(f"num_beams {params.num_beams} exceeds the batch capacity {self.capacity}")
+        if params.rows > self.capacity:
+            raise ValueError(f"num_beams {params.num_beams} with {len(params.constraints)} constraints takes "
+                             f"{params.rows} rows; the batch capacity is {self.capacity}")
 
     def admit(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> None:
         """Encode new requests together (one padded encoder pass) and give each its cache rows."""
@@ -125,9 +126,9 @@ class BatchDecoder:
         row_params = []
         for key, ids, params in encoded.entries:
             search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
-            search.rows = list(range(row, row + params.num_beams))
-            row += params.num_beams
-            row_params += [params] * params.num_beams
+            search.rows = list(range(row, row + params.rows))
+            row += params.rows
+            row_params += [params] * params.rows
             self.searches[key] = search
         self.cache.write_source(first_free, encoded.cross_k, encoded.cross_v, encoded.mask, encoded.copies)
         self.rules.admit(list(range(first_free, row)), row_params)
@@ -177,7 +178,8 @@ class BatchDecoder:
         """Every search takes its next tokens → the parent row of each live row (itself but for beams)."""
         greedy = [s for s in searches if isinstance(s, SingleSearch) and not s.params.do_sample]
         beams = [s for s in searches if isinstance(s, BeamSearch)]
-        chosen = []  # on the device: what greedy and beam searches choose from, copied to the host together
+        constrained = [s for s in searches if isinstance(s, ConstrainedBeamSearch)]
+        chosen = []  # on the device: what the searches choose from, copied to the host together
         if greedy:
             greedy_rows = [s.rows[0] for s in greedy]
             best = vocabulary_argmax(_select_rows(scores, greedy_rows))  # (g, 1)
@@ -187,18 +189,24 @@ class BatchDecoder:
             width = min(2 * max(s.params.num_beams for s in beams), logprobs.shape[-1])
             top_logprobs, top_tokens = vocabulary_topk(_select_rows(logprobs, beam_rows), width)  # (m, W) each
             chosen += [top_tokens, top_logprobs]
-        on_host = _to_host(chosen)
+        if constrained:  # (m, W) × 2 and (m, C): only when some search has constraints
+            chosen += constrained_choices(constrained, logprobs, vocabulary_topk)
+        on_host = iter(_to_host(chosen))
 
         parents = list(range(scores.shape[0]))
         if greedy:
-            greedy_tokens, greedy_logprobs = on_host[:2]
+            greedy_tokens, greedy_logprobs = next(on_host), next(on_host)
             for s, token, lp in zip(greedy, greedy_tokens[:, 0].tolist(), greedy_logprobs[:, 0].tolist()):
                 s.advance(token, lp)
+        chosen_parents = []  # (search, the local parent row of each of its rows)
         if beams:
-            top_tokens, top_logprobs = on_host[-2:]
-            for s, local in zip(beams, advance_beams(beams, top_logprobs, top_tokens)):
-                for row, parent in zip(s.rows, local):
-                    parents[row] = s.rows[parent]
+            top_tokens, top_logprobs = next(on_host), next(on_host)
+            chosen_parents += zip(beams, advance_beams(beams, top_logprobs, top_tokens))
+        if constrained:
+            chosen_parents += zip(constrained, advance_constrained(constrained, *on_host))
+        for s, local in chosen_parents:
+            for row, parent in zip(s.rows, local):
+                parents[row] = s.rows[parent]
         for s in searches:  # sampling: one row at a time, each with its own generator (reproducible per seed)
             if isinstance(s, SingleSearch) and s.params.do_sample:
                 token = s.sample(scores[s.rows[0]])
@@ -233,6 +241,11 @@ class BatchDecoder:
         for old_row, new_row in zip(tail, holes):
             rows = owners[old_row].rows
             rows[rows.index(old_row)] = new_row
+
+
+def new_search(params: DecodeParams, eos_id: int, start_id: int, source_len: int) -> Search:
+    cls = ConstrainedBeamSearch if params.constraints else BeamSearch if params.num_beams > 1 else SingleSearch
+    return cls(params, eos_id, start_id, source_len)
 
 
 def _to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

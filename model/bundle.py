@@ -40,10 +40,12 @@ def demo_model_dir() -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    """One text ready for the engine: encoder ids and the token forced first (the target language), if any."""
+    """One text ready for the engine: encoder ids, the token forced first (the target language), if any, and the
+    target-id sequences its translation must contain (a glossary's terms: DecodeParams.constraints)."""
 
     ids: list[int]
     forced_bos: int | None
+    constraints: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass

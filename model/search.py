@@ -30,6 +30,8 @@ def new_tokens_within(length: int) -> int:
     return length - START_TOKENS
 
 NEG_LARGE = -1.0e9  # transformers' "impossible" score for beams
+# Rows a constrained sequence adds to its beams: one per constraint token up to this many (more tokens share them)
+CONSTRAINT_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class DecodeParams:
     forced_eos_token_id: int | None = None
     repetition_penalty: float = 1.0  # scores of tokens already in the decoder input: × it if < 0, else ÷ it
     no_repeat_ngram_size: int = 0  # an n-gram of the decoder input (start token included) never occurs twice
+    # token sequences every returned hypothesis contains (a glossary's target terms): model.constrained's search
+    constraints: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -65,6 +69,15 @@ class DecodeParams:
         if not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError(f"sampling needs temperature > 0, 0 < top_p <= 1 and top_k >= 0; got temperature "
                              f"{self.temperature}, top_p {self.top_p}, top_k {self.top_k}")
+        if self.constraints and (self.do_sample or not all(self.constraints)):
+            raise ValueError(f"constraints need greedy or beam search (no sampling) and non-empty token sequences; got "
+                             f"do_sample {self.do_sample}, constraints {self.constraints}")
+
+    @property
+    def rows(self) -> int:
+        """Cache rows a sequence takes: its beams, and with constraints one more per constraint token (a row for each
+        count of constraint tokens met, model.constrained), up to CONSTRAINT_ROWS."""
+        return self.num_beams + min(sum(map(len, self.constraints)), CONSTRAINT_ROWS)
 
 
 @dataclass
@@ -96,7 +109,7 @@ class Search:
 
     @property
     def num_rows(self) -> int:
-        return self.params.num_beams
+        return self.params.rows
 
     def input_tokens(self) -> list[int]:
         return [seq[-1] if seq else self.start_id for seq in self.sequences]
@@ -267,7 +280,3 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
         out.append([parent[i] for i in kept])
     return out
 
-
-def new_search(params: DecodeParams, eos_id: int, start_id: int, source_len: int) -> Search:
-    cls = BeamSearch if params.num_beams > 1 else SingleSearch
-    return cls(params, eos_id, start_id, source_len)

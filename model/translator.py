@@ -8,6 +8,7 @@ from typing import Callable
 
 from .batch_decoder import BatchDecoder
 from .bundle import ModelBundle, load
+from .glossary import Glossary, term_constraints
 from .search import Hypothesis
 
 
@@ -34,9 +35,12 @@ class Translator:
     def translate(self, texts: list[str], source_lang: str | None = None, target_lang: str | None = None,
                   beam_size: int | None = None, max_new_tokens: int | None = None,
                   length_penalty: float | None = None, n_best: int = 1, batch_size: int = 32,
-                  progress: Callable[[int], None] | None = None, **overrides) -> list[Translation]:
+                  progress: Callable[[int], None] | None = None, glossary: Glossary | list[Glossary] | None = None,
+                  **overrides) -> list[Translation]:
         """Translate in input order; sources are decoded longest first with continuous batching. Language codes
-        may be the model's own or ISO 639-1/639-3 (UnsupportedLanguage when the model has no such language)."""
+        may be the model's own or ISO 639-1/639-3 (UnsupportedLanguage when the model has no such language).
+        `glossary` (one for every text, or one per text): the target terms of the source terms a text contains
+        appear in its translation (UnspellableTerm for a target term the model cannot spell)."""
         bundle = self.bundle
         source_lang, target_lang = bundle.resolve_languages(source_lang, target_lang, texts=texts)
         prepared = {i: bundle.text_source(t, source_lang, target_lang) for i, t in enumerate(texts) if t.strip()}
@@ -48,17 +52,22 @@ class Translator:
             progress(len(results))  # blank lines are done already
         order = sorted(prepared, key=lambda i: -len(prepared[i].ids))
         longest = max((len(s.ids) for s in prepared.values()), default=1)
-        decoder = BatchDecoder(bundle.network, capacity=batch_size * params.num_beams, max_source_len=longest,
+        glossaries = glossary if isinstance(glossary, list) else [glossary or Glossary(())] * len(texts)
+        jobs = {i: (prepared[i].ids, replace(params, forced_bos_token_id=prepared[i].forced_bos,
+                                             constraints=term_constraints(bundle.tokenizer, glossaries[i], texts[i])))
+                for i in order}
+        widest = max((job_params.rows for _, job_params in jobs.values()), default=1)
+        decoder = BatchDecoder(bundle.network, capacity=batch_size * widest, max_source_len=longest,
                                max_new_tokens=params.max_new_tokens)
-        jobs = {i: (prepared[i].ids, replace(params, forced_bos_token_id=prepared[i].forced_bos)) for i in order}
         for ids, job_params in jobs.values():
             decoder.check(ids, job_params)
         pending = iter(order)
         next_key = next(pending, None)
         while next_key is not None or decoder.searches:
-            admitted = []
-            while next_key is not None and decoder.free_rows - len(admitted) * params.num_beams >= params.num_beams:
+            admitted, free = [], decoder.free_rows
+            while next_key is not None and free >= jobs[next_key][1].rows:
                 admitted.append((next_key, *jobs[next_key]))
+                free -= jobs[next_key][1].rows
                 next_key = next(pending, None)
             if admitted:
                 decoder.admit(admitted)

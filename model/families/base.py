@@ -55,6 +55,10 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: list[int]) -> str:
         """Generated ids → text, special and language tokens skipped."""
 
+    def encode_target(self, text: str) -> list[int]:
+        """Target text → the ids the model generates for it inside running text (a word's start, no special
+        tokens): how a glossary's target term becomes a constraint."""
+
     def token_bytes(self, token_ids: list[int], source: bool = False) -> list[bytes]:
         """What each id spells, as UTF-8 (a piece that starts a word with its leading space; special and language
         tokens as their names): how word alignment finds a token's words. `source`: ids of the source vocabulary."""
@@ -120,6 +124,11 @@ class TokenizerJson:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
+    def encode_word(self, text: str) -> list[int]:
+        """`text` as it is spelled after a space: byte-level BPE marks the space in the first piece (Ġ), which
+        its pre-tokenizer adds only at a text's start when the space is there; Metaspace adds ▁ itself."""
+        return self.encode(" " + text if self._byte_level else text)
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -146,6 +155,9 @@ class PiecesTokenizer:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.pieces.decode(token_ids)
+
+    def encode_target(self, text: str) -> list[int]:
+        return self.pieces.encode_word(text)  # one vocabulary for source and target
 
     def token_bytes(self, token_ids: list[int], source: bool = False) -> list[bytes]:
         return self.pieces.token_bytes(token_ids)

@@ -42,6 +42,9 @@ class SentencePieceVocab:
                 ids += [self.vocab.get(p, self.unk_id) for p in self.spm.encode(chunk, out_type=str)]
         return ids
 
+    def encode_word(self, text: str) -> list[int]:
+        return self.encode(text)  # SentencePiece starts the text with ▁, as a word inside running text
+
     def decode(self, ids: list[int]) -> str:
         """Special ids skipped; an id with no token reads as the literal <unk>, which (being special) is not
         passed through SentencePiece — as transformers' M2M100Tokenizer does."""

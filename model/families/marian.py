@@ -68,6 +68,7 @@ class MarianTokenizer:
         self.source_lang, self.target_lang = source_lang, target_lang
         self.separate_vocabs = target_vocab is not None
         target = target_vocab if self.separate_vocabs else vocab
+        self.target_vocab = target
         self.id_to_piece = {i: piece for piece, i in target.items()}
         self.id_to_source_piece = {i: piece for piece, i in vocab.items()}
         # transformers decodes with the source SentencePiece model when the vocabulary is shared.
@@ -119,6 +120,12 @@ class MarianTokenizer:
         if target_lang is not None and self.language_codes:
             text = f">>{target_lang}<< {text}"
         return [self.vocab.get(piece, self.unk_id) for piece in self.tokenize(text)] + [self.eos_id]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Target text → target ids: the target SentencePiece model's pieces through the target vocabulary, as
+        transformers tokenizes text_target (unknown → <unk>)."""
+        unk = self.target_vocab.get(self.id_to_source_piece[self.unk_id], self.unk_id)
+        return [self.target_vocab.get(piece, unk) for piece in self.spm_target.encode(text, out_type=str)]
 
     def id_to_token(self, token_id: int) -> str:
         piece = self.id_to_piece.get(token_id)

@@ -124,6 +124,9 @@ class SentencePieceT5:
                 ids += self.spm.encode(chunk)
         return ids
 
+    def encode_word(self, text: str) -> list[int]:
+        return self.encode(text)  # SentencePiece starts the text with ▁, as a word inside running text
+
     def decode(self, ids: list[int]) -> str:
         return self.spm.decode([i for i in ids if i not in self.special_ids])
 

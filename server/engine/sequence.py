@@ -64,7 +64,7 @@ class Sequence:
 
     @property
     def rows(self) -> int:
-        return self.params.num_beams
+        return self.params.rows
 
     @property
     def done(self) -> bool:

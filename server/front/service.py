@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import replace
 from typing import AsyncIterator
 
-from model import (AlignmentInput, DecodeParams, Document, Documents, Hypothesis, MarkupError, ModelBundle, Source,
-                   UnsupportedLanguage, WordTooLong, iso_code, prepare)
+from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
+                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, term_constraints)
 
 from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -80,6 +80,8 @@ class ModelService:
         characters are checked by front.dispatch, which every job passes.)"""
         source_lang, targeted = self._targets(job.source_lang, job.target_lang, job.texts)
         params = self._params(job.options)
+        if job.glossary and params.do_sample:
+            raise InvalidRequest("a glossary needs greedy or beam search, not sampling", field="glossary")
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
         documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
                                for (text, target), name in zip(targeted, job.fields)])
@@ -88,7 +90,8 @@ class ModelService:
             raise TooManySentences(len(documents.units), limit)
         fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
-        sources = self._sources(documents.units, fields, source_lang, targets, encoded)
+        sources = self._constrained(self._sources(documents.units, fields, source_lang, targets, encoded),
+                                    documents.units, job.glossary)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
@@ -102,6 +105,18 @@ class ModelService:
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
                                  input_tokens=sum(len(s.ids) for s in sources),
                                  output_tokens=sum(len(h[0].token_ids) for h in finals))
+
+    def _constrained(self, sources: list[Source], units: list[str], pairs: tuple[tuple[str, str], ...]) -> list[Source]:
+        """Each sentence's source with the target terms its translation must contain: those of the glossary's source
+        terms it contains. A target term the model cannot spell is a 400 naming it."""
+        if not pairs:
+            return sources
+        glossary = Glossary(pairs)
+        try:
+            return [replace(source, constraints=term_constraints(self.bundle.tokenizer, glossary, unit))
+                    for source, unit in zip(sources, units)]
+        except UnspellableTerm as e:
+            raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
                   target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:

@@ -1,0 +1,295 @@
+"""Lexically constrained beam search: every returned hypothesis contains each of the request's constraints (target
+token sequences, a glossary's terms).
+
+A constrained sequence holds its num_beams rows, where the request's own search (greedy or beam) runs untouched,
+and up to CONSTRAINT_ROWS more, where constraint beams spell the constraints. The constraint beams follow Post &
+Vilar 2018's dynamic beam allocation, as fairseq's LexicallyConstrainedBeamSearch does: every live hypothesis (the
+search's and the constraint beams') proposes its top 2·k tokens and the next token of every constraint it has not
+met; candidates with some constraint token met are grouped in banks by how many, and the rows go to the banks in turn
+(the best of every bank, most met first, then the second best of every bank, ...). </s> is allowed there only once
+every constraint is met; at the length limit every candidate finishes, and results rank complete hypotheses before
+partial ones (max_new_tokens bounds the work: a constraint that cannot fit ends with the best partial).
+
+When the request's own search ends with a best hypothesis that contains every constraint (the model spells the
+terms anyway), that hypothesis and its score are the result, exactly as without constraints; otherwise the best
+complete hypotheses of either part. Scores are float32 sums of log-probabilities, as BeamSearch keeps them, over
+generated_len ** length_penalty. Progress inside each constraint is a KMP automaton, so a partial match that breaks
+falls back to the longest prefix still matching. The search's greedy part takes the best log-probability (a greedy
+search alone takes the best logit: the same token but for ties that log_softmax's rounding creates).
+
+Dimensions: k beams (num_beams), r rows (k + constraint rows), W candidates per row (2·max(k, r - k)),
+C constraints, m constrained rows in the batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams,
+                     finish_reason)
+
+State = tuple[int, ...]  # per constraint: its tokens matched so far; its length once met (it stays met)
+
+
+class Constraints:
+    """The token sequences a hypothesis must contain, each followed by a KMP automaton."""
+
+    def __init__(self, sequences: tuple[tuple[int, ...], ...]):
+        self.sequences = sequences
+        self.fallback = [_failure(c) for c in sequences]
+        self.start: State = (0,) * len(sequences)
+
+    def advance(self, state: State, token: int) -> State:
+        return tuple(p if p == len(c) else self._match(i, p, token) for i, (c, p) in enumerate(zip(self.sequences, state)))
+
+    def _match(self, i: int, matched: int, token: int) -> int:
+        c, fallback = self.sequences[i], self.fallback[i]
+        while matched and c[matched] != token:
+            matched = fallback[matched - 1]
+        return matched + (c[matched] == token)
+
+    def met(self, state: State) -> bool:
+        return all(p == len(c) for c, p in zip(self.sequences, state))
+
+    def bank(self, state: State) -> int:
+        """Constraint tokens met: whole constraints, and the furthest progress inside an unmet one."""
+        done = sum(p for c, p in zip(self.sequences, state) if p == len(c))
+        return done + max((p for c, p in zip(self.sequences, state) if p < len(c)), default=0)
+
+    def may_progress(self, state: State) -> set[int] | None:
+        """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
+        fallback lands on one of them); None (every token) once a constraint is met, as that stays."""
+        if any(p == len(c) for c, p in zip(self.sequences, state)):
+            return None
+        return {token for c in self.sequences for token in c}
+
+    def next_tokens(self, state: State) -> list[int]:
+        """Per constraint, the token that continues it (a met one's first token: a placeholder, never proposed)."""
+        return [c[p] if p < len(c) else c[0] for c, p in zip(self.sequences, state)]
+
+
+def _failure(c: tuple[int, ...]) -> list[int]:
+    """KMP: fallback[i] is the length of the longest proper prefix of c[:i + 1] that is also its suffix."""
+    fallback, matched = [0] * len(c), 0
+    for i in range(1, len(c)):
+        while matched and c[i] != c[matched]:
+            matched = fallback[matched - 1]
+        matched += c[i] == c[matched]
+        fallback[i] = matched
+    return fallback
+
+
+@dataclass
+class Beam:
+    tokens: list[int]
+    score: float  # float32 sum of the tokens' log-probabilities
+    state: State
+    row: int  # its local cache row
+
+
+@dataclass
+class Candidate:
+    score: float
+    parent: Beam
+    token: int
+    state: State
+    bank: int  # constraint tokens met (Constraints.bank)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.parent.tokens + [self.token]
+
+
+class ConstrainedBeamSearch(Search):
+    def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
+        super().__init__(params, eos_id, start_id, source_len)
+        self.constraints = Constraints(params.constraints)
+        own = replace(params, constraints=())
+        self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
+        self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
+        self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
+        self.finished: list[tuple[bool, float, list[int]]] = []  # constraint beams': (all met, score, tokens)
+        self.candidates: list[Candidate] = []  # this step's, between propose and settle
+
+    def wanted_tokens(self) -> list[list[int]]:
+        """(r, C): per row, the token continuing each constraint, whose log-probability the step gathers."""
+        states = self.own_states + [b.state for b in self.beams]
+        states += [self.constraints.start] * (self.num_rows - len(states))
+        return [self.constraints.next_tokens(state) for state in states]
+
+    def propose(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor, wanted_logprobs: torch.Tensor) -> None:
+        """The first half of a step, before the own search advances: the constraint beams' candidates.
+        top_logprobs, top_tokens (r, W); wanted_logprobs (r, C) of wanted_tokens()."""
+        self.candidates = self._candidates(self._live(), top_logprobs, top_tokens, wanted_logprobs)
+
+    def own_advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
+        """A greedy own search's step (own beam searches step together: advance_constrained) → its parent rows."""
+        self.own.advance(int(top_tokens[0, 0]), float(top_logprobs[0, 0]))
+        return [0]
+
+    def settle(self, own_parents: list[int]) -> list[int]:
+        """The second half, once the own search has stepped (own_parents: its rows' parents) → every row's parent."""
+        k = self.params.num_beams
+        at_limit = self.cur_len + 1 >= self.max_length
+        parents = list(range(self.num_rows))
+        if own_parents:
+            parents[:k] = own_parents
+            self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1])
+                               for p, tokens in zip(own_parents, self.own.sequences)]
+        own = {tuple(tokens) for tokens in self.own.sequences} if own_parents else set()
+        candidates = [c for c in self.candidates if tuple(c.tokens) not in own]  # the own search holds these
+        if at_limit:
+            self._finish(candidates)
+            kept = []
+        else:
+            kept = self._allocate(candidates)
+        for row, c in enumerate(kept, start=k):
+            parents[row] = c.parent.row
+        self.beams = [Beam(c.tokens, c.score, c.state, row) for row, c in enumerate(kept, start=k)]
+        self.cur_len += 1
+        self.sequences = list(self.own.sequences) + [b.tokens for b in self.beams]
+        self.sequences += [[]] * (self.num_rows - len(self.sequences))  # idle rows read the start token
+        self.done = at_limit or (self.own.done and (self._own_best_complete() or self._settled()))
+        return parents
+
+    def _live(self) -> list[Beam]:
+        """The hypotheses that may grow: the own search's running ones and the constraint beams."""
+        own = []
+        if not self.own.done:
+            scores = self.own.running_scores if isinstance(self.own, BeamSearch) else [self.own.logprob]
+            # a copy of the tokens: a greedy search appends to its own list
+            own = [Beam(list(tokens), score, state, row) for row, (tokens, score, state)
+                   in enumerate(zip(self.own.sequences, scores, self.own_states)) if score > NEG_LARGE]
+        return own + self.beams
+
+    def _candidates(self, live: list[Beam], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
+                    wanted_logprobs: torch.Tensor) -> list[Candidate]:
+        """Each live hypothesis' top tokens and constraint tokens that meet some constraint token; </s> only with
+        every constraint met (or at the limit)."""
+        if not live:
+            return []
+        at_limit = self.cur_len + 1 >= self.max_length
+        rows = torch.tensor([b.row for b in live], dtype=torch.long)
+        running = torch.tensor([b.score for b in live], dtype=torch.float32)[:, None]  # (live, 1)
+        # float32 sums, as BeamSearch adds a row's score to its log-probabilities
+        top_totals = (top_logprobs[rows] + running).tolist()  # (live, W)
+        wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, C)
+        candidates = []
+        for beam, tokens, totals, wanted in zip(live, top_tokens[rows].tolist(), top_totals, wanted_totals):
+            seen, useful = set(), self.constraints.may_progress(beam.state)
+            for token, total in zip(tokens + self.constraints.next_tokens(beam.state), totals + wanted):
+                if total == NEG_INF or token in seen or (useful is not None and token not in useful):
+                    continue
+                seen.add(token)
+                state = self.constraints.advance(beam.state, token)
+                bank = self.constraints.bank(state)
+                if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
+                    continue
+                candidates.append(Candidate(total, beam, token, state, bank))
+        return candidates
+
+    def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` finish instead."""
+        rows, banks = self.num_rows - self.params.num_beams, {}
+        for c in sorted(candidates, key=lambda c: -c.score):
+            banks.setdefault(c.bank, []).append(c)
+        # stripes: every bank's best (most constraint tokens met first), then every bank's second best, ...
+        order = sorted(((rank, -bank, c) for bank, members in banks.items() for rank, c in enumerate(members)),
+                       key=lambda item: item[:2])
+        kept, finishing = [], []
+        for position, (_, _, c) in enumerate(order):
+            if c.token == self.eos_id:
+                if position < rows:
+                    finishing.append(c)
+            elif len(kept) < rows:
+                kept.append(c)
+        self._finish(finishing)
+        return kept
+
+    def _finish(self, candidates: list[Candidate]) -> None:
+        """Candidates enter the best finished hypotheses: complete ones before partial ones, then by score."""
+        if not candidates:
+            return
+        penalty = torch.tensor(self.cur_len ** self.params.length_penalty, dtype=torch.float32)
+        scores = (torch.tensor([c.score for c in candidates], dtype=torch.float32) / penalty).tolist()
+        for c, score in zip(candidates, scores):
+            self.finished.append((self.constraints.met(c.state), score, c.tokens))
+        self.finished.sort(key=lambda f: f[:2], reverse=True)
+        del self.finished[self.num_rows:]
+
+    def _own_best_complete(self) -> bool:
+        return self.constraints.met(self._state(self.own.results()[0].token_ids))
+
+    def _state(self, tokens: list[int]) -> State:
+        state = self.constraints.start
+        for token in tokens:
+            state = self.constraints.advance(state, token)
+        return state
+
+    def _settled(self) -> bool:
+        """transformers' stop rule over the constraint beams' complete hypotheses: as many as the beams' rows,
+        and (unless early_stopping) no live beam that could still beat the worst."""
+        p = self.params
+        complete = [score for met, score, _ in self.finished if met]
+        if not self.beams:
+            return True
+        if len(complete) < self.num_rows - p.num_beams:
+            return False
+        if p.early_stopping is True:
+            return True
+        generated = self.max_length - 1 if p.early_stopping == "never" and p.length_penalty > 0 else self.cur_len - 1
+        best = max(b.score for b in self.beams) / generated ** p.length_penalty
+        return best <= min(complete)
+
+    def results(self) -> list[Hypothesis]:
+        """The own search's hypotheses when its best meets every constraint; else the best complete hypotheses
+        of both parts (fewer than num_return_sequences when fewer are), or the best partial one when none is."""
+        own = [(self.constraints.met(self._state(h.token_ids)), h.score, h.token_ids) for h in self.own.results()]
+        if own[0][0]:
+            ranked = [f for f in own if f[0]] + sorted((f for f in self.finished if f[0] and f not in own),
+                                                       key=lambda f: -f[1])
+        else:
+            ranked = sorted((f for f in own + self.finished if f[0]), key=lambda f: -f[1])
+        ranked = ranked or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
+        return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))
+                for _, score, tokens in ranked[: self.params.num_return_sequences]]
+
+
+def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor,
+                        top: Callable) -> list[torch.Tensor]:
+    """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
+    (m, W) and the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest."""
+    rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
+    mine = logprobs.index_select(0, rows)  # (m, V)
+    # 2·k for the own beam search, 2·(constraint rows) for the constraint beams
+    width = 2 * max(max(s.params.num_beams, s.num_rows - s.params.num_beams) for s in searches)
+    top_logprobs, top_tokens = top(mine, min(width, mine.shape[-1]))  # (m, W)
+    wanted = [row for s in searches for row in s.wanted_tokens()]
+    width = max(len(row) for row in wanted)
+    wanted = torch.tensor([row + [row[0]] * (width - len(row)) for row in wanted], device=logprobs.device)
+    return [top_logprobs, top_tokens, mine.gather(1, wanted)]
+
+
+def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
+                        wanted_logprobs: torch.Tensor) -> list[list[int]]:
+    """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → local parents. Their
+    own beam searches step together, as advance_beams steps the batch's others."""
+    firsts = list(itertools.accumulate((s.num_rows for s in searches), initial=0))
+    for s, first in zip(searches, firsts):
+        rows = slice(first, first + s.num_rows)
+        s.propose(top_logprobs[rows], top_tokens[rows], wanted_logprobs[rows, :len(s.params.constraints)])
+    stepping = [(s, first) for s, first in zip(searches, firsts) if not s.own.done]
+    beams = [(s, first) for s, first in stepping if isinstance(s.own, BeamSearch)]
+    own_parents = {}
+    if beams:
+        own_rows = torch.tensor([first + r for s, first in beams for r in range(s.params.num_beams)])
+        stepped = advance_beams([s.own for s, _ in beams], top_logprobs[own_rows], top_tokens[own_rows])
+        own_parents = {id(s): parents for (s, _), parents in zip(beams, stepped)}
+    for s, first in stepping:
+        if not isinstance(s.own, BeamSearch):
+            own_parents[id(s)] = s.own_advance(top_logprobs[first:first + 1], top_tokens[first:first + 1])
+    return [s.settle(own_parents.get(id(s), [])) for s in searches]

@@ -1,0 +1,188 @@
+"""Lexically constrained beam search (model.constrained): constraints appear in every hypothesis, a constraint the
+model spells anyway changes nothing, the cache follows the beams, and a constrained sequence shares decoder steps
+with others without changing theirs or its own outputs."""
+
+import random
+
+import pytest
+import torch
+
+from family_fixtures import build_nllb
+from marian_fixtures import WORDS_EN
+from text2text_fixtures import build_bart, build_t5
+
+from dataclasses import replace
+
+from model import BatchDecoder, DecodeParams, load
+from model.constrained import Constraints
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory, checkpoint):
+    """(family, dtype) → a loaded tiny checkpoint, loaded once; untraced (tracing each shape costs seconds)."""
+    root = tmp_path_factory.mktemp("constrained")
+    paths = {"marian": checkpoint, "nllb": build_nllb(root / "nllb"), "t5": build_t5(root / "t5"),
+             "bart": build_bart(root / "bart")}
+    loaded = {}
+
+    def bundle(family: str, dtype: str = "float32"):
+        if (family, dtype) not in loaded:
+            loaded[family, dtype] = load(paths[family], dtype=dtype, traced=False)
+        return loaded[family, dtype]
+    return bundle
+
+
+def sources(bundle, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    languages = bundle.resolve_languages(None, None, translating=False)
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(2, 10))) for _ in range(count)]
+    return [bundle.source(text, *languages).ids for text in texts]
+
+
+def word_ids(bundle, rng: random.Random, count: int) -> list[tuple[int, ...]]:
+    """`count` target terms: the first (up to) 3 ids of ordinary words as the target tokenizer spells them, so that
+    two fit in NEW_TOKENS whatever the vocabulary (a tiny one spells a word in letters)."""
+    return [tuple(bundle.tokenizer.encode_target(rng.choice(WORDS_EN)))[:3] for _ in range(count)]
+
+
+def decode(network, entries, capacity: int, join_per_step: int = 2) -> dict:
+    """{key: (hypotheses, [log-probabilities of its rows at every step])}: entries (key, ids, params) join a running
+    batch `join_per_step` at a time as rows free up."""
+    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=NEW_TOKENS)
+    steps, results, pending = {}, {}, list(entries)
+    advance = decoder._advance
+
+    def recording(searches, scores, logprobs):
+        for key, search in decoder.searches.items():
+            steps.setdefault(key, []).append(logprobs[search.rows].clone())
+        return advance(searches, scores, logprobs)
+
+    decoder._advance = recording
+    while pending or decoder.searches:
+        joining = []
+        while (pending and len(joining) < join_per_step
+               and decoder.free_rows - sum(p.rows for _, _, p in joining) >= pending[0][2].rows):
+            joining.append(pending.pop(0))
+        if joining:
+            decoder.admit(joining)
+        for event in decoder.step():
+            if event.results is not None:
+                results[event.key] = event.results
+    return {key: (results[key], steps[key]) for key in results}
+
+
+def contains(tokens: list[int], part: tuple[int, ...]) -> bool:
+    return any(tuple(tokens[i:i + len(part)]) == part for i in range(len(tokens) - len(part) + 1))
+
+
+def test_a_broken_partial_match_falls_back_to_the_longest_prefix_still_matching():
+    constraints = Constraints(((1, 1, 2), (1, 2, 1, 3)))
+
+    def after(tokens, state=constraints.start):
+        for token in tokens:
+            state = constraints.advance(state, token)
+        return state
+
+    # 1 1 1 2: (1, 1, 2) broken at the third 1 keeps 1 1 and is met by the 2; (1, 2, 1, 3) holds 1 2
+    assert after([1, 1, 1, 2]) == (3, 2) and constraints.next_tokens((3, 2)) == [1, 1]
+    assert constraints.bank((3, 2)) == 3 + 2 and not constraints.met((3, 2))
+    assert after([1, 2], (3, 3)) == (3, 2)  # 1 2 1 then 2: falls back to 1 2, not to nothing
+    assert constraints.met(after([1, 1, 1, 2, 1, 2, 1, 3]))
+    assert after([1, 2, 1, 3]) == (0, 4) and not constraints.met((0, 4))
+
+
+@pytest.mark.parametrize("family", ["marian", "nllb", "t5", "bart"])
+def test_every_hypothesis_contains_every_constraint_with_beams_and_greedy(bundles, family):
+    bundle = bundles(family)
+    rng = random.Random(len(family))
+    for ids in sources(bundle, 2, seed=1):
+        terms = word_ids(bundle, rng, 2)
+        for base in (DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4,
+                                                                           num_return_sequences=3)):
+            params = replace(base, constraints=tuple(terms))
+            (hypotheses, _), = decode(bundle.network, [(0, ids, params)], params.rows).values()
+            assert 1 <= len(hypotheses) <= base.num_return_sequences
+            for h in hypotheses:
+                assert all(contains(h.token_ids, term) for term in terms), (h.token_ids, terms)
+
+
+def test_a_constrained_request_takes_its_beams_and_a_row_per_constraint_token_up_to_four():
+    greedy = DecodeParams(max_new_tokens=8)
+    assert replace(greedy, constraints=((5,),)).rows == 2
+    assert replace(greedy, num_beams=4, constraints=((5,), (6, 7))).rows == 7
+    assert replace(greedy, constraints=((5,),) * 20).rows == 5
+    with pytest.raises(ValueError, match="constraints need greedy or beam search"):
+        DecodeParams(max_new_tokens=8, do_sample=True, constraints=((5,),))
+
+
+@pytest.mark.parametrize("family", ["marian", "nllb", "t5", "bart"])
+def test_a_constraint_the_model_spells_anyway_changes_nothing(bundles, family):
+    """Greedy and beam search: the same tokens and score as without the constraint."""
+    bundle = bundles(family)
+    compared = 0
+    for key, ids in enumerate(sources(bundle, 3, seed=2)):
+        for params in (DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4)):
+            (plain, _), = decode(bundle.network, [(key, ids, params)], params.rows).values()
+            tokens = [t for t in plain[0].token_ids if t != bundle.config.eos_token_id]
+            if len(tokens) < 3:
+                continue
+            constrained = replace(params, constraints=(tuple(tokens[1:3]),))
+            (got, _), = decode(bundle.network, [(key, ids, constrained)], constrained.rows).values()
+            assert got == plain
+            compared += 1
+    assert compared >= 3, "too few outputs long enough to take a constraint from"
+
+
+def test_a_constraint_longer_than_the_limit_ends_with_the_best_partial_hypothesis(bundles):
+    bundle = bundles("marian")
+    ids, = sources(bundle, 1, seed=3)
+    term = tuple(range(10, 10 + NEW_TOKENS + 2))  # cannot fit in NEW_TOKENS
+    params = replace(DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4), constraints=(term,))
+    (hypotheses, steps), = decode(bundle.network, [(0, ids, params)], params.rows).values()
+    assert len(hypotheses) == 1 and len(hypotheses[0].token_ids) == NEW_TOKENS and len(steps) == NEW_TOKENS
+    assert hypotheses[0].finish_reason == "length"
+
+
+def test_the_cache_follows_the_beams_a_teacher_forced_pass_gives_the_same_scores(bundles):
+    """The scores of constrained hypotheses (many beam reorders: constraint tokens the model would not choose)
+    equal a full teacher-forced pass over their tokens."""
+    bundle = bundles("marian")
+    network, rng = bundle.network, random.Random(4)
+    for key, ids in enumerate(sources(bundle, 3, seed=4)):
+        params = DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4, num_return_sequences=3,
+                              constraints=tuple(word_ids(bundle, rng, 2)))
+        (hypotheses, _), = decode(network, [(key, ids, params)], params.rows).values()
+        for h in hypotheses:
+            src = torch.tensor([ids])
+            target = torch.tensor([[bundle.config.decoder_start_token_id] + h.token_ids[:-1]])
+            with torch.inference_mode():
+                logprobs = torch.log_softmax(network(src, src != bundle.config.pad_token_id, target).float(), -1)
+            total = logprobs[0].gather(1, torch.tensor(h.token_ids)[:, None]).sum()
+            expected = float(total) / len(h.token_ids) ** params.length_penalty
+            assert h.score == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_constrained_sequence_shares_steps_without_changing_its_own_or_the_others_outputs(bundles, dtype):
+    bundle = bundles("marian", dtype)
+    rng = random.Random(5)
+    ids = sources(bundle, 7, seed=5)
+    modes = [DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4,
+                                                                   num_return_sequences=2)]
+    others = [(key, source, modes[key % 2]) for key, source in enumerate(ids[:5])]
+    constrained = [(f"c{i}", source, replace(modes[i], constraints=tuple(word_ids(bundle, rng, 2))))
+                   for i, source in enumerate(ids[5:])]
+    mixed = others[:2] + constrained[:1] + others[2:4] + constrained[1:] + others[4:]
+    without = decode(bundle.network, others, capacity=12)
+    together = decode(bundle.network, mixed, capacity=12)
+    for key, (results, steps) in without.items():
+        assert together[key][0] == results
+        assert len(together[key][1]) == len(steps) and all(map(torch.equal, together[key][1], steps))
+    for entry in constrained:
+        (results, steps), = decode(bundle.network, [entry], entry[2].rows).values()
+        assert together[entry[0]][0] == results
+        assert all(map(torch.equal, together[entry[0]][1], steps))

@@ -1,0 +1,67 @@
+"""Glossary terms (model.glossary): which target terms a source sentence calls for, and their target ids as each
+family's target tokenizer spells them inside running text."""
+
+import pytest
+
+from family_fixtures import build_nllb
+from text2text_fixtures import build_bart, build_t5
+
+from model import Glossary, UnspellableTerm, check_terms, demo_model_dir, load, term_constraints, term_ids
+
+GLOSSARY = Glossary([("forty-two", "quarante-trois"), ("New York", "NY"), ("new york city", "NYC"), ("York", "Y"),
+                     ("C++", "cpp"), ("two", "deux")])
+
+
+@pytest.mark.parametrize("sentence,targets", [
+    ("forty-two", ("quarante-trois",)),
+    ("FORTY-TWO", ("quarante-trois",)),  # case
+    ("one hundred and  forty -\ttwo!", ("quarante-trois",)),  # spacing, punctuation next to it
+    ("(forty-two), forty-two.", ("quarante-trois",)),  # each term once
+    ("I love New   York City.", ("NYC",)),  # the longest term first: not NY, not Y
+    ("New York and York", ("NY", "Y")),  # in sentence order, no overlap with the longer match
+    ("Newark yorkshire fortytwo", ()),  # whole words only
+    ("twofold forty-two-thousand", ("quarante-trois",)),  # a term inside a word is no match; a hyphen is a boundary
+    ("c++ and two", ("cpp", "deux")),
+    ("", ()),
+])
+def test_source_terms_match_whole_words_whatever_the_case_and_spacing_longest_first(sentence, targets):
+    assert GLOSSARY.targets(sentence) == targets
+
+
+def test_an_empty_source_term_matches_nothing_and_a_repeated_one_takes_the_last_target():
+    glossary = Glossary([("  ", "x"), ("cat", "chat"), ("Cat", "matou")])
+    assert glossary.targets("the cat") == ("matou",)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory, checkpoints):
+    root = tmp_path_factory.mktemp("glossary")
+    paths = {"demo (marian)": demo_model_dir(), "marian separate vocabularies": checkpoints["separate-relu-bin"],
+             "nllb": build_nllb(root / "nllb"), "t5": build_t5(root / "t5"), "bart": build_bart(root / "bart")}
+    return {name: load(path, weights=False).tokenizer for name, path in paths.items()}
+
+
+@pytest.mark.parametrize("family", ["demo (marian)", "marian separate vocabularies", "nllb", "t5", "bart"])
+def test_a_target_term_is_spelled_as_inside_running_text(tokenizers, family):
+    """Its ids decode to the term and occur in the ids of a sentence that contains it after a space."""
+    tokenizer = tokenizers[family]
+    term = "quarante-trois" if family == "demo (marian)" else "the river"
+    ids = term_ids(tokenizer, term)
+    assert tokenizer.decode(list(ids)).strip() == term  # byte-level BPE keeps the leading space it spells
+    sentence = tokenizer.encode_target(f"cent {term}" if family == "demo (marian)" else f"a house by {term}")
+    assert any(tuple(sentence[i:i + len(ids)]) == ids for i in range(len(sentence))), (ids, sentence)
+
+
+@pytest.mark.parametrize("family", ["demo (marian)", "nllb", "t5"])
+def test_a_term_the_target_vocabulary_cannot_spell_raises_naming_it(tokenizers, family):
+    with pytest.raises(UnspellableTerm, match="'漢字 🙂'") as raised:
+        check_terms(tokenizers[family], ["quarante", "漢字 🙂"])
+    assert raised.value.term == "漢字 🙂"
+
+
+def test_a_sentence_becomes_the_constraints_of_its_terms(tokenizers):
+    tokenizer = tokenizers["demo (marian)"]
+    glossary = Glossary([("forty-two", "quarante-trois"), ("seven", "huit")])
+    assert term_constraints(tokenizer, glossary, "seven hundred and forty-two") == (
+        term_ids(tokenizer, "huit"), term_ids(tokenizer, "quarante-trois"))
+    assert term_constraints(tokenizer, glossary, "one") == ()
