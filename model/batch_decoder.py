@@ -12,8 +12,9 @@ V target vocabulary, W top-k candidates per beam row, g greedy rows, m beam rows
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Callable, Hashable
 
 import torch
 
@@ -29,6 +30,7 @@ class StepEvent:
     key: Hashable
     new_token: int | None  # the token a one-row search produced this step (for streaming)
     results: list[Hypothesis] | None  # set when the request finished
+    error: Exception | None = None  # set when choosing the request's next tokens raised: it failed alone
 
 
 @dataclass
@@ -78,6 +80,7 @@ class BatchDecoder:
         self.static_step = (StaticStep(model, self.cache, capture=model.device.type == "cuda") if static_shapes
                             else None)
         self.searches: dict[Hashable, Search] = {}
+        self.failures: dict[int, Exception] = {}  # id(search) → what advancing it raised this step (see _alone)
 
     @property
     def live_rows(self) -> int:
@@ -148,11 +151,17 @@ class BatchDecoder:
             self.cache.reorder(src, dst, target_len)
             self.rules.reorder(src, dst, target_len)
 
-        events = []
+        events, leaving = [], []
         for key, s in list(self.searches.items()):
-            single = isinstance(s, SingleSearch)
-            events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
-        self._release([key for key, s in self.searches.items() if s.done])
+            error = self.failures.pop(id(s), None)
+            if error is not None:
+                events.append(StepEvent(key, None, None, error))
+            else:
+                single = isinstance(s, SingleSearch)
+                events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
+            if error is not None or s.done:
+                leaving.append(key)
+        self._release(leaving)
         return events
 
     def _scores(self, searches: list[Search], target_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,21 +206,52 @@ class BatchDecoder:
         if greedy:
             greedy_tokens, greedy_logprobs = next(on_host), next(on_host)
             for s, token, lp in zip(greedy, greedy_tokens[:, 0].tolist(), greedy_logprobs[:, 0].tolist()):
-                s.advance(token, lp)
+                self._alone(s, s.advance, token, lp)
         chosen_parents = []  # (search, the local parent row of each of its rows)
         if beams:
             top_tokens, top_logprobs = next(on_host), next(on_host)
-            chosen_parents += zip(beams, advance_beams(beams, top_logprobs, top_tokens))
-        if constrained:
-            chosen_parents += zip(constrained, advance_constrained(constrained, *on_host))
+            chosen_parents += self._together(beams, advance_beams, top_logprobs, top_tokens)
+        if constrained:  # one at a time: advance_constrained changes its searches one by one
+            chosen_parents += self._each_alone(constrained, advance_constrained, *on_host)
         for s, local in chosen_parents:
             for row, parent in zip(s.rows, local):
                 parents[row] = s.rows[parent]
         for s in searches:  # sampling: one row at a time, each with its own generator (reproducible per seed)
             if isinstance(s, SingleSearch) and s.params.do_sample:
-                token = s.sample(scores[s.rows[0]])
-                s.advance(token, float(logprobs[s.rows[0], token]))
+                self._alone(s, self._sample, s, scores, logprobs)
         return parents
+
+    @staticmethod
+    def _sample(s: SingleSearch, scores: torch.Tensor, logprobs: torch.Tensor) -> None:
+        token = s.sample(scores[s.rows[0]])
+        s.advance(token, float(logprobs[s.rows[0], token]))
+
+    def _alone(self, search: Search, advance: Callable, *args):
+        """advance(*args) for one search; what it raises fails that search alone (step() reports it and releases
+        its rows) rather than the step of every request in the batch."""
+        try:
+            return advance(*args)
+        except Exception as error:
+            self.failures[id(search)] = error
+            return None
+
+    def _together(self, searches: list, advance: Callable, *inputs: torch.Tensor) -> list[tuple[Search, list[int]]]:
+        """advance(searches, *inputs) → (search, local parents) pairs; `inputs` hold each search's rows in turn. If
+        it raises, each search advances alone (_each_alone), so only the one that raises fails: `advance` must
+        change no search before every search has chosen (advance_beams), and a search chooses the same tokens
+        alone as beside others."""
+        try:
+            return list(zip(searches, advance(searches, *inputs)))
+        except Exception:
+            return self._each_alone(searches, advance, *inputs)
+
+    def _each_alone(self, searches: list, advance: Callable, *inputs: torch.Tensor) -> list[tuple[Search, list[int]]]:
+        """advance([search], *its rows of inputs) for each search in turn; one that raises fails alone."""
+        firsts = itertools.accumulate((s.num_rows for s in searches), initial=0)
+        alone = [(s, self._alone(s, lambda s, rows: advance([s], *(t[rows] for t in inputs))[0], s,
+                                 slice(first, first + s.num_rows)))
+                 for s, first in zip(searches, firsts)]
+        return [(s, local) for s, local in alone if local is not None]
 
     @torch.inference_mode()  # moving rows writes tables that join replaced in inference mode
     def cancel(self, key: Hashable) -> None:

@@ -266,17 +266,20 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     open_beam = ~(is_finished.all(1) & stop_early[:, 0])
     going_on = improvable & open_beam & ~hits.all(1)
 
-    out = []
+    out, updates = [], []
     for s, parent, token, kept, chosen, r, f, fin, imp, go in zip(
             searches, cand_parent.tolist(), cand_token.tolist(), keep.tolist(), best.tolist(),
             running_scores.tolist(), finished_scores.tolist(), is_finished.tolist(), improvable.tolist(),
             going_on.tolist()):
         seqs = s.sequences  # candidate i is seqs[parent[i]] + [token[i]]
-        s.sequences = [seqs[parent[i]] + [token[i]] for i in kept]
-        s.finished_seqs = [s.finished_seqs[i] if i < k else seqs[parent[i - k]] + [token[i - k]] for i in chosen]
+        updates.append((s, [seqs[parent[i]] + [token[i]] for i in kept],
+                        [s.finished_seqs[i] if i < k else seqs[parent[i - k]] + [token[i - k]] for i in chosen],
+                        r, f, fin, imp, go))
+        out.append([parent[i] for i in kept])
+    for s, sequences, finished, r, f, fin, imp, go in updates:  # no search changes before every one has chosen
+        s.sequences, s.finished_seqs = sequences, finished
         s.running_scores, s.finished_scores, s.is_finished = r, f, fin
         s.cur_len += 1
         s.improvable, s.done = imp, not go
-        out.append([parent[i] for i in kept])
     return out
 

@@ -12,8 +12,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol
 
-from ..errors import QueueFull
-from .sequence import FinalOutput, Output, Sequence, Status, TokenOutput
+from ..errors import QueueFull, ServerError
+from .sequence import ErrorOutput, FinalOutput, Output, Sequence, Status, TokenOutput
 
 
 class StepReport(Protocol):
@@ -22,6 +22,7 @@ class StepReport(Protocol):
     key: Hashable
     new_token: int | None
     results: list | None
+    error: Exception | None  # choosing this sequence's next tokens raised: it fails alone
 
 
 @dataclass
@@ -140,6 +141,11 @@ class Scheduler:
                 sequence.first_token_at = now
                 update.first_step.append(sequence)
             sequence.steps += 1
+            if event.error is not None:
+                self.finish(sequence, Status.FAILED)
+                failure = ServerError(f"decoding this text failed: {event.error}")  # a 500: a retry would fail too
+                update.outputs.append((sequence, ErrorOutput(failure)))
+                continue
             if event.new_token is not None and sequence.stream:
                 update.outputs.append((sequence, TokenOutput(event.new_token)))
             if event.results is not None:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from server.errors import QueueFull
-from server.engine.sequence import FinalOutput, Sequence, Status, TokenOutput
+from server.engine.sequence import ErrorOutput, FinalOutput, Sequence, Status, TokenOutput
 from server.engine.scheduler import Scheduler
 
 
@@ -20,10 +20,11 @@ class Event:  # the shape of model.StepEvent
     key: int
     new_token: int | None
     results: list | None = None
+    error: Exception | None = None
 
 
 def request(tokens: int, beams: int = 1, deliver=lambda output: None) -> Sequence:
-    return Sequence(list(range(tokens)), SimpleNamespace(num_beams=beams), deliver)
+    return Sequence(list(range(tokens)), SimpleNamespace(num_beams=beams, rows=beams), deliver)
 
 
 def sentences_of_one_request(n: int) -> list[Sequence]:
@@ -115,6 +116,19 @@ def test_update_turns_events_into_outputs_and_retires_finished_requests():
     assert second.finished == [beam] and beam.status == Status.FINISHED and beam.id not in scheduler.running
     assert beam.steps == 2 and beam.output_tokens == 4  # tokens of the best hypothesis, not steps
     assert scheduler.rows_in_use == 1
+
+
+def test_a_sequence_whose_step_failed_fails_alone_with_a_500():
+    scheduler = Scheduler(max_rows=8, max_batch_tokens=100, max_waiting=10)
+    bad, good = request(3), request(3)
+    scheduler.add([bad, good])
+    scheduler.schedule()
+    update = scheduler.update([Event(bad.id, None, error=ValueError("nan in the scores")), Event(good.id, 5)], now=1.0)
+    (failed, output), going_on = update.outputs
+    assert failed is bad and isinstance(output, ErrorOutput) and output.error.status == 500
+    assert "nan in the scores" in output.error.message
+    assert going_on == (good, TokenOutput(5)) and bad.status == Status.FAILED and good.status == Status.RUNNING
+    assert list(scheduler.running) == [good.id] and scheduler.rows_in_use == 1
 
 
 def test_events_of_a_request_cancelled_during_the_step_are_dropped():
