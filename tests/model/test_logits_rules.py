@@ -9,8 +9,9 @@ from transformers import (ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsPro
                           MinNewTokensLengthLogitsProcessor, NoBadWordsLogitsProcessor, NoRepeatNGramLogitsProcessor,
                           RepetitionPenaltyLogitsProcessor)
 
+from model.batch_decoder import new_search
 from model.logits_rules import ActiveRules, RowRules
-from model.search import DecodeParams, new_search
+from model.search import DecodeParams
 
 VOCAB, START, EOS, ROWS, CAPACITY = 12, 0, 2, 40, 16
 
