@@ -85,7 +85,7 @@ class KeyStore:
                                 f"or move it away to start an empty store)") from None
 
     def transaction(self):
-        return _Transaction(self.db)
+        return Transaction(self.db)
 
     # ---- keys --------------------------------------------------------------------------------------------
     def add(self, name: str, key: str | None = None, rate_limit_per_minute: int | None = None,
@@ -170,7 +170,7 @@ class KeyStore:
         self.db.close()
 
 
-class _Transaction:
+class Transaction:
     """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an error): takes the write lock at once, so a read-then-write never
     meets another process's write in between."""
 

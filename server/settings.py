@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from dataclasses import dataclass, field, fields
 
 
@@ -46,6 +47,12 @@ class Settings:
     max_file_ratio: int = 100  # how many times its compressed size one .docx zip entry may inflate
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
+    document_dir: str = "documents"  # document jobs' files and their SQLite state; relative: beside the key store
+    max_job_chars: int = 1_000_000  # characters of one document job's text (its chunks each within the request limits)
+    job_chunk_chars: int = 2_000  # characters a document job translates per request to the engine (its progress step)
+    job_ttl_s: float = 3600.0  # how long a finished document job waits to be downloaded
+    job_stale_s: float = 30.0  # a translating job whose process gave no sign of life for this long is taken over
+    job_attempts: int = 2  # times a job is started before a job whose process keeps dying ends as an error
     max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)
     ui: bool = True  # the web page at / (server/api/ui); --no-ui leaves / a 404
 
@@ -55,6 +62,10 @@ class Settings:
         if not 0 < self.max_request_share <= 1:
             raise ValueError(f"max_request_share is a share of the batch rows: above 0, at most 1; got "
                              f"{self.max_request_share}")
+
+    @property
+    def documents_path(self) -> Path:
+        return Path(self.key_store).parent / self.document_dir
 
     @property
     def beam_limit(self) -> int:

@@ -17,6 +17,7 @@ make it damaged (FileError).
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from dataclasses import dataclass
 from typing import Callable
@@ -24,6 +25,7 @@ from xml.sax.saxutils import escape
 
 from .markup import MarkupError, pieces, text_content
 
+_PARAGRAPH_BREAK = re.compile(r"(\n[ \t\r]*\n\s*)")
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".docx")
 _RUN = "r"
 
@@ -62,7 +64,7 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max
     if suffix == ".srt":
         return _srt(text)
     if suffix == ".txt":
-        return ParsedFile([text], "text", _utf8, characters=len(text))
+        return _txt(text)
     try:
         return ParsedFile([text], "html", _utf8, characters=len(text_content(text, "html")))
     except MarkupError as e:
@@ -71,6 +73,18 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max
 
 def _utf8(translations: list[str]) -> bytes:
     return translations[0].encode("utf-8")
+
+
+def _txt(text: str) -> ParsedFile:
+    """One text per paragraph (lines up to a blank line), so a long file goes in parts; the blank lines between
+    them are kept as they are."""
+    pieces = _PARAGRAPH_BREAK.split(text)  # paragraph, break, paragraph, ...
+
+    def write(translations: list[str]) -> bytes:
+        pieces[::2] = translations
+        return "".join(pieces).encode("utf-8")
+
+    return ParsedFile(pieces[::2], "text", write, characters=len(text))
 
 
 def _srt(text: str) -> ParsedFile:

@@ -13,12 +13,14 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..document_store import DocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
 from ..key_store import KeyStore
 from ..settings import Settings
-from . import deepl, libretranslate, native, openai, page
+from . import deepl, deepl_documents, libretranslate, native, openai, page
 from .deps import AppState, served
+from .document_jobs import DocumentJobs
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .access import Keys
@@ -47,8 +49,10 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     """`key_store`: where the keys and their counts are (default: the file settings.key_store names)."""
     app = FastAPI(title=DISTRIBUTION, version=installed_version(),
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
-    app.state.served = AppState(provider, settings, Keys(settings, key_store or KeyStore(settings.key_store)),
-                                Downloads(settings.max_downloads, settings.download_ttl_s))
+    keys = Keys(settings, key_store or KeyStore(settings.key_store))
+    jobs = DocumentJobs(DocumentStore(settings.documents_path), provider, keys, settings)
+    app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
+                                jobs)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
     app.add_middleware(ScopedCORS, owns=libretranslate.owns)  # outermost: its errors' answers get CORS too
@@ -56,11 +60,13 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    routers = [native.router(app.state.served), libretranslate.router, deepl.router, openai.router, OPERATIONS,
+    routers = [native.router(app.state.served), libretranslate.router, deepl.router, deepl_documents.router,
+               openai.router, OPERATIONS,
                *([page.router()] if settings.ui else [])]
     for router in routers:
         app.include_router(router)
-    app.router.on_startup.append(dispatch.load_detection)
+    app.router.on_startup += [dispatch.load_detection, jobs.start]
+    app.router.on_shutdown.append(jobs.stop)
     paths = {route.path for router in routers for route in router.routes}  # app.routes holds the routers
     return app
 

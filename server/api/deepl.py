@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters
 from ..front import dispatch
-from .deps import KeySending, caller_of, served
+from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .access import QuotaExceeded, characters
 from .served_languages import ServedLanguages, canonical, language_name
@@ -124,6 +124,13 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguag
     return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
+def check_languages(state: AppState, source_lang: str | None, target_lang: str) -> None:
+    languages = ServedLanguages.of(state.provider)
+    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if code and not languages.supports(code, name.partition("_")[0]):
+            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+
+
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     """The caller, from the key as DeepL's clients send it, and the request's parameters."""
     params = await read_params(request)
@@ -141,11 +148,7 @@ async def translate(request: Request):
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
     if form.glossary_id is not None:
         raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
-    languages = ServedLanguages.of(state.provider)
-    for name in ("source_lang", "target_lang"):
-        code = getattr(form, name)
-        if code and not languages.supports(code, name.partition("_")[0]):
-            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+    check_languages(state, form.source_lang, form.target_lang)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),

@@ -1,0 +1,127 @@
+"""Document jobs, as every API's document routes use them: a file submitted (read and its limits checked at once, so a
+broken or too large file is answered then), run in the background by whichever process of the machine claims it from
+the store (server.document_store), polled, and fetched once.
+
+Each process runs one job at a time, its texts in consecutive requests of `job_chunk_chars` characters: each one
+request of the scheduler's fair share, so a long document never holds more of the batch than one request may while
+short requests come and go. A job is charged its characters when it starts (refunded if it fails). While it runs its
+heartbeat is beaten every `job_stale_s / 3`, so a job whose process died is taken over by another after `job_stale_s`;
+a process shutting down queues its job again for the next to take at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import PurePath
+
+from ..document_store import DocumentStore, Job
+from ..errors import InvalidRequest, ServerError
+from ..front import ModelProvider, dispatch
+from ..settings import Settings
+from .access import Keys
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
+# The format a document's translation is written in where it is not the document's own: a PDF's is a Word document.
+WRITTEN_AS = {".pdf": ".docx"}
+
+
+def output_suffix(suffix: str, asked: str | None) -> str:
+    """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
+    must name it, else a 400 says which it is."""
+    own = WRITTEN_AS.get(suffix, suffix)
+    if asked and "." + asked.lower().lstrip(".") != own:
+        raise InvalidRequest(f"output_format {asked!r} is not available for a {suffix} document: it is written as "
+                             f"{own}", field="output_format")
+    return own
+
+
+class DocumentJobs:
+    def __init__(self, store: DocumentStore, provider: ModelProvider, keys: Keys, settings: Settings):
+        self.store, self.provider, self.keys, self.settings = store, provider, keys, settings
+        self.submitted = asyncio.Event()  # a job submitted here: no need to wait for the next poll
+        self.task: asyncio.Task | None = None
+
+    async def submit(self, owner: str, data: bytes, filename: str, source_lang: str | None, target_lang: str,
+                     output_format: str | None = None) -> tuple[str, str]:
+        """A queued job's (id, key); the file is read now, so a damaged one or one over the job limits is refused
+        before anything is stored."""
+        suffix = PurePath(filename).suffix.lower()
+        written_as = output_suffix(suffix, output_format)
+        parsed = await dispatch.read_document(self.provider, data, suffix)
+        dispatch.check_job(self.provider, parsed)
+        job = await asyncio.to_thread(self.store.submit, owner, filename, suffix, written_as, source_lang,
+                                      target_lang, parsed.characters, data)
+        self.submitted.set()
+        return job
+
+    def find(self, job_id: str, key: str, owner: str) -> Job | None:
+        return self.store.find(job_id, key, owner)
+
+    async def take(self, job: Job) -> bytes | None:
+        return await asyncio.to_thread(self.store.take, job)
+
+    def seconds_remaining(self, job: Job) -> int | None:
+        return job.seconds_remaining(self.store.clock())
+
+    # ---- the runner -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _serve(self) -> None:
+        while True:
+            try:
+                self.store.expire(self.settings.job_ttl_s)
+                job = self.store.claim(self.settings.job_stale_s, self.settings.job_attempts)
+            except Exception:  # a locked or full disk: the jobs wait, the runner lives on
+                log.exception("document store")
+                job = None
+            if job is not None:
+                await self._run(job)
+                continue
+            self.submitted.clear()
+            try:
+                async with asyncio.timeout(POLL_S):
+                    await self.submitted.wait()
+            except TimeoutError:
+                pass
+
+    async def _run(self, job: Job) -> None:
+        done = 0.0
+        beating = asyncio.get_running_loop().create_task(self._beat(job, lambda: done))
+
+        async def progress(share: float) -> None:
+            nonlocal done
+            done = share
+            self.store.progress(job.id, round(share * job.characters))
+
+        try:
+            data = await asyncio.to_thread(self.store.path(job.id, "in").read_bytes)
+            parsed = await dispatch.read_document(self.provider, data, job.suffix)
+            translated = await dispatch.translate_file(
+                self.provider, parsed, job.source_lang, job.target_lang,
+                spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
+                progress=progress)
+            await asyncio.to_thread(self.store.finish, job.id, translated)
+        except asyncio.CancelledError:
+            self.store.release(job.id)
+            raise
+        except ServerError as e:
+            self.store.fail(job.id, e.message)
+        except Exception as e:
+            log.exception("document job %s", job.id)
+            self.store.fail(job.id, f"internal error: {type(e).__name__}")
+        finally:
+            beating.cancel()
+
+    async def _beat(self, job: Job, done) -> None:
+        while True:
+            await asyncio.sleep(self.settings.job_stale_s / 3)
+            self.store.progress(job.id, round(done() * job.characters))
