@@ -1,0 +1,125 @@
+"""DeepL's document API through real servers (python -m server --no-ray, demo model, an API key configured), with the
+official `deepl` client unchanged: translate_document_from_filepath for each format (run side by side: the client
+polls every 5 s), its status calls, DocumentNotReadyException and 404s; a job submitted to one server whose process
+is killed mid-translation, taken over and fetched through another sharing its store."""
+
+import io
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import deepl
+import docx
+import httpx
+import pytest
+from hostile_files import docx_bytes
+from server_process import eventually, running_server
+
+KEY = "deepl-documents-key"
+SERVER = ("--no-ray", "--max-body-bytes", "300000", "--job-chunk-chars", "200")
+
+
+def docx_paragraphs(data: bytes) -> list[str]:
+    return [p.text for p in docx.Document(io.BytesIO(data)).paragraphs]
+
+
+# name → (the file, what the translated file holds, the expected holding built from `alone`)
+FORMATS = {
+    "notes.txt": (b"forty-two.\n\nseven hundred.\n", bytes.decode,
+                  lambda alone: f"{alone('forty-two.')}\n\n{alone('seven hundred.')}\n"),
+    "page.html": (b"<html><body><h1>forty-two</h1><p>seven</p></body></html>", bytes.decode,
+                  lambda alone: f"<html><body><h1>{alone('forty-two')}</h1><p>{alone('seven')}</p></body></html>"),
+    "talk.srt": (b"1\n00:00:01,000 --> 00:00:02,000\nninety-nine\n", bytes.decode,
+                 lambda alone: f"1\n00:00:01,000 --> 00:00:02,000\n{alone('ninety-nine')}\n"),
+    "letter.docx": (docx_bytes("forty-two", "three hundred"), docx_paragraphs,
+                    lambda alone: [alone("forty-two"), alone("three hundred")]),
+}
+
+
+@pytest.fixture(scope="module")
+def url():
+    with running_server(*SERVER, env={"SERVER_API_KEYS": KEY}) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def translator(url):
+    return deepl.Translator(KEY, server_url=url)
+
+
+@pytest.fixture(scope="module")
+def translated(translator, tmp_path_factory):
+    """Every format through translate_document_from_filepath at once: name → (its DocumentStatus, the output's
+    bytes)."""
+    folder = tmp_path_factory.mktemp("documents")
+
+    def translate(name: str):
+        source, out = folder / name, folder / f"de-{name}"
+        source.write_bytes(FORMATS[name][0])
+        status = translator.translate_document_from_filepath(source, out, source_lang="EN", target_lang="DE")
+        return status, out.read_bytes()
+
+    with ThreadPoolExecutor(len(FORMATS)) as pool:
+        return dict(zip(FORMATS, pool.map(translate, FORMATS)))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_translate_document_from_filepath(translated, alone, name):
+    status, output = translated[name]
+    source, read, expected = FORMATS[name]
+    assert status.done and status.ok
+    assert read(output) == expected(alone)
+    assert status.billed_characters > 0
+
+
+def test_status_calls_then_the_download(translator, alone):
+    handle = translator.translate_document_upload(b"forty-two", filename="a.txt", target_lang="DE")
+    first = translator.translate_document_get_status(handle)
+    assert first.status.value in ("queued", "translating", "done")
+    done = eventually(lambda: (s := translator.translate_document_get_status(handle)).done and s, 30)
+    assert done.billed_characters == len("forty-two")
+    assert translator.translate_document_download(handle).content.decode() == alone("forty-two")
+
+
+def test_not_ready_and_not_found(translator, url, monkeypatch):
+    monkeypatch.setattr(deepl.http_client, "max_network_retries", 0)  # the client's own setting: no retry of a 503
+    long = "\n\n".join(["seven hundred and seventy-seven."] * 300)
+    handle = translator.translate_document_upload(long.encode(), filename="long.txt", target_lang="DE")
+    with pytest.raises(deepl.DocumentNotReadyException):
+        translator.translate_document_download(handle)
+    wrong = deepl.DocumentHandle(handle.document_id, "0" * 64)
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_document_get_status(wrong)
+    assert raised.value.http_status_code == 404
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_document_download(deepl.DocumentHandle("NO-SUCH-DOCUMENT", handle.document_key))
+    assert raised.value.http_status_code == 404
+
+
+def test_an_unsupported_format_is_a_deepl_error(translator, tmp_path):
+    source = tmp_path / "a.key"
+    source.write_bytes(b"seven")
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_document_from_filepath(source, tmp_path / "b.key", target_lang="DE")
+    assert raised.value.http_status_code == 400 and "a.key" in str(raised.value)
+
+
+def test_a_job_whose_server_died_is_finished_and_fetched_through_another(tmp_path, alone):
+    store = {"SERVER_API_KEYS": KEY, "SERVER_KEY_STORE": str(tmp_path / "keys.sqlite"), "SERVER_JOB_STALE_S": "1"}
+    lines = [f"{n} hundred and forty-two." for n in ("one", "two", "three", "four", "five", "six")] * 20
+    # its engine in the server's process: a SIGKILL leaves nothing behind
+    with running_server(*SERVER, "--max-batch-rows", "4", "--no-engine-process", env=store) as first:
+        handle = deepl.Translator(KEY, server_url=first.url).translate_document_upload(
+            "\n\n".join(lines).encode(), filename="long.txt", target_lang="DE")
+        poll = {"document_key": handle.document_key}
+        headers = {"Authorization": f"DeepL-Auth-Key {KEY}"}
+        progress = eventually(lambda: httpx.post(f"{first.url}/v2/document/{handle.document_id}", json=poll,
+                                                 headers=headers).json().get("seconds_remaining") is not None, 30)
+        assert progress  # measured, mid-translation
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    with running_server(*SERVER, env=store) as second:
+        translator = deepl.Translator(KEY, server_url=second.url)
+        status = eventually(lambda: (s := translator.translate_document_get_status(handle)).done and s, 60)
+        assert status.done
+        each = {line: alone(line) for line in set(lines)}
+        assert translator.translate_document_download(handle).content.decode() == "\n\n".join(each[x] for x in lines)
