@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .key_store import Transaction
 
@@ -65,6 +65,10 @@ class Job:
     started: float | None
     heartbeat: float | None
     finished: float | None
+
+    @property
+    def download_name(self) -> str:
+        return str(PurePath(self.filename).with_suffix(self.output_suffix))
 
     def seconds_remaining(self, now: float) -> int | None:
         """From the measured pace of this attempt: its characters done so far over the time they took; None before

@@ -10,31 +10,22 @@ from __future__ import annotations
 
 from pathlib import PurePath
 from typing import Literal
-from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import Response
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
 from model import SUFFIXES
 
 from ..document_store import Job
-from ..errors import InvalidRequest, ServerError
+from ..errors import InvalidRequest
 from .deepl import STYLE, caller, check_languages, invalid, missing
 from .deps import served
+from .downloads import attachment
 from .reading import present, validated
 from .served_languages import canonical
 
 router = STYLE.router()
-
-
-class DocumentNotFound(ServerError):
-    status, code = 404, "not_found"
-
-
-class DocumentNotReady(ServerError):
-    status, code = 503, "not_ready"
 
 
 class DocumentForm(BaseModel):
@@ -75,15 +66,11 @@ async def upload(request: Request):
 
 
 async def owned_job(request: Request, document_id: str) -> Job:
-    state = served(request)
     who, params = await caller(request)
     key = params.first("document_key")
     if not isinstance(key, str) or not key:
         raise InvalidRequest(missing("document_key"), field="document_key")
-    job = state.jobs.find(document_id, key, who)
-    if job is None:
-        raise DocumentNotFound("Document not found", field="document_id")
-    return job
+    return served(request).jobs.owned(document_id, key, who)
 
 
 @router.post("/v2/document/{document_id}", response_model=DocumentStatus)
@@ -98,13 +85,4 @@ async def status(document_id: str, request: Request):
 @router.post("/v2/document/{document_id}/result")
 async def result(document_id: str, request: Request):
     job = await owned_job(request, document_id)
-    if job.status == "error":
-        raise DocumentNotFound(f"Document translation failed: {job.error_message}", field="document_id")
-    if job.status != "done":
-        raise DocumentNotReady("Document translation is not done", field="document_id")
-    data = await served(request).jobs.take(job)
-    if data is None:  # another request downloaded it meanwhile
-        raise DocumentNotFound("Document not found", field="document_id")
-    name = quote(PurePath(job.filename).stem + job.output_suffix)
-    return Response(data, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{name}"})
+    return attachment(await served(request).jobs.download(job), job.download_name)

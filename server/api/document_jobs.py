@@ -38,6 +38,14 @@ def output_suffix(suffix: str, asked: str | None) -> str:
     return own
 
 
+class DocumentNotFound(ServerError):
+    status, code = 404, "not_found"
+
+
+class DocumentNotReady(ServerError):
+    status, code = 503, "not_ready"
+
+
 class DocumentJobs:
     def __init__(self, store: DocumentStore, provider: ModelProvider, keys: Keys, settings: Settings):
         self.store, self.provider, self.keys, self.settings = store, provider, keys, settings
@@ -57,11 +65,25 @@ class DocumentJobs:
         self.submitted.set()
         return job
 
-    def find(self, job_id: str, key: str, owner: str) -> Job | None:
-        return self.store.find(job_id, key, owner)
+    def owned(self, job_id: str, key: str, owner: str) -> Job:
+        """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
+        tells nothing about the id)."""
+        job = self.store.find(job_id, key, owner)
+        if job is None:
+            raise DocumentNotFound("Document not found", field="document_id")
+        return job
 
-    async def take(self, job: Job) -> bytes | None:
-        return await asyncio.to_thread(self.store.take, job)
+    async def download(self, job: Job) -> bytes:
+        """A done job's translation, once: the job is deleted with it. A 503 before it is done, a 404 for a job that
+        failed (its status says why) or one another request downloaded meanwhile."""
+        if job.status == "error":
+            raise DocumentNotFound(f"Document translation failed: {job.error_message}", field="document_id")
+        if job.status != "done":
+            raise DocumentNotReady("Document translation is not done", field="document_id")
+        data = await asyncio.to_thread(self.store.take, job)
+        if data is None:
+            raise DocumentNotFound("Document not found", field="document_id")
+        return data
 
     def seconds_remaining(self, job: Job) -> int | None:
         return job.seconds_remaining(self.store.clock())

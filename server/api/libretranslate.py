@@ -14,7 +14,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
@@ -24,6 +24,7 @@ from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJo
 from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacters
 from ..front import dispatch
 from .deps import AppState, KeySending, caller_of, served
+from .downloads import attachment
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .access import QuotaExceeded, characters
 from .served_languages import ServedLanguages, canonical, language_name
@@ -207,8 +208,7 @@ async def download_file(name: str, request: Request):
     stored = state.downloads.get(name)
     if stored is None:
         raise FileNotFound(f"{name}: no such file (translated files are kept {state.settings.download_ttl_s:g} s)")
-    return Response(stored.content, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(stored.filename)}"})
+    return attachment(stored.content, stored.filename)
 
 
 @router.api_route("/languages", methods=["GET", "POST"], response_model=list[LibreLanguage])

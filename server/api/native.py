@@ -4,18 +4,17 @@
 import inspect
 from pathlib import PurePath
 from typing import Callable
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                       TranslationResult)
-from ..errors import BadBody, InvalidRequest, ServerError
+from ..errors import ServerError
 from ..front import dispatch
+from . import native_documents
 from .deps import AppState, authorize, caller, served
+from .downloads import attachment
 from .errors import naming
 from .access import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
@@ -81,13 +80,6 @@ FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data"
                    "model": {"type": "string", "maxLength": 200}}}}}}}
 
 
-def _form_text(form, name: str, max_length: int = 200) -> str | None:
-    value = form.get(name)
-    if value is not None and (not isinstance(value, str) or len(value) > max_length):
-        raise InvalidRequest(f"{name}: a text of at most {max_length} characters", field=name, limit=max_length)
-    return value or None
-
-
 async def translate(body: TranslateRequest, request: Request):
     state = served(request)
     naming(request, "text", num_beams="beam_size")
@@ -104,14 +96,7 @@ async def translate_file(request: Request):
     """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
     state = served(request)
     naming(request, "file")
-    try:
-        form = await request.form()
-    except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
-        raise BadBody(f"the body is not a valid multipart form: {e.detail}", field="body") from None
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise InvalidRequest("file: a multipart file field is required", field="file")
-    fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
+    upload, fields = await native_documents.file_form(request, ("source_lang", "target_lang", "model"))
     name = PurePath(upload.filename or "file")
     data = await upload.read()
 
@@ -119,9 +104,8 @@ async def translate_file(request: Request):
         parsed = await dispatch.read_document(state.provider, data, name.suffix)
         translated = await dispatch.translate_file(state.provider, parsed, **fields,
                                                    spending=state.keys.spending(caller(request), parsed.characters))
-        download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
-        return Response(translated, media_type=upload.content_type or "application/octet-stream",
-                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
+        return attachment(translated, f"{name.stem}.translated{name.suffix}",
+                          upload.content_type or "application/octet-stream")
 
     return await until_disconnect(request, work())
 
@@ -186,6 +170,7 @@ def router(state: AppState) -> APIRouter:
                          response_model=TranslateResponse, response_model_exclude_none=True)
     routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
                          openapi_extra=FILE_FORM, responses={200: {"content": {"application/octet-stream": {}}}})
+    native_documents.add_routes(routes)
     routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
     routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)

@@ -65,7 +65,7 @@ def translated(translator, tmp_path_factory):
 @pytest.mark.parametrize("name", FORMATS)
 def test_translate_document_from_filepath(translated, alone, name):
     status, output = translated[name]
-    source, read, expected = FORMATS[name]
+    _, read, expected = FORMATS[name]
     assert status.done and status.ok
     assert read(output) == expected(alone)
     assert status.billed_characters > 0

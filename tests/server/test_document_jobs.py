@@ -112,6 +112,32 @@ def test_no_file_and_no_key(client):
     assert (response.status_code, response.json()) == (400, {"message": "Parameter 'file' not specified."})
 
 
+def test_the_native_api_runs_the_same_jobs(client, alone):
+    bearer = {"Authorization": "Bearer key-a"}
+    submitted = client.post("/v1/documents", files={"file": ("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\nseven\n")},
+                            data={"target_lang": "de"}, headers=bearer)
+    assert submitted.status_code == 202, submitted.text
+    handle = submitted.json()
+    assert handle["status"] == "queued"
+    path = f"/v1/documents/{handle['document_id']}"
+    keyed = {**bearer, "X-Document-Key": handle["document_key"]}
+    progress = eventually(lambda: (s := client.get(path, headers=keyed).json())["status"] == "done" and s, 60)
+    assert progress["progress"] == 1.0 and progress["filename"] == "a.srt"
+    assert status(client, handle).json()["status"] == "done"  # the same job, through DeepL's routes
+    assert client.get(path, headers={**keyed, "X-Document-Key": "0"}).json()["error"]["code"] == "not_found"
+    fetched = client.get(path + "/result", headers=keyed)
+    assert fetched.text == f"1\n00:00:01,000 --> 00:00:02,000\n{alone('seven')}\n"
+    assert client.get(path + "/result", headers=keyed).status_code == 404
+
+
+@pytest.mark.parametrize("form, field", [({"target_lang": "ja"}, "target_lang"), ({}, "target_lang"),
+                                         ({"target_lang": "de", "source_lang": "xx"}, "source_lang")])
+def test_the_native_api_refuses_languages_not_served(client, form, field):
+    response = client.post("/v1/documents", files={"file": ("a.txt", b"seven")}, data=form,
+                           headers={"Authorization": "Bearer key-a"})
+    assert response.status_code == 422 and response.json()["error"]["field"] == field
+
+
 def test_seconds_remaining_from_measured_progress():
     from server.document_store import Job
 
