@@ -3,7 +3,8 @@ segmentation, markup and document files."""
 
 from .detect import detect_language, detectable
 from .document import Document, Documents, prepare, translate_texts
-from .files import SUFFIXES, FileError, FileTooLarge, ParsedFile, read_file
+from .files import SUFFIXES, read_file
+from .parsed import FileError, FileTooLarge, ParsedFile
 from .markup import FORMATS, MarkupError, text_content
 from .segment import SPLIT_MODES, WordTooLong
 

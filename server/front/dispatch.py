@@ -250,4 +250,7 @@ async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lan
             translated += [t.text for t in result.texts]
             if progress is not None:
                 await progress(sum(map(len, parsed.texts[:part.stop])) / sum(map(len, parsed.texts)))
-    return await asyncio.to_thread(parsed.write, translated)
+    try:
+        return await asyncio.to_thread(parsed.write, translated)
+    except FileError as e:  # a file its library reads but cannot write back
+        raise BadBody(str(e), field="file") from None

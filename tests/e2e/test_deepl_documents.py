@@ -3,6 +3,7 @@ official `deepl` client unchanged: translate_document_from_filepath for each for
 polls every 5 s), its status calls, DocumentNotReadyException and 404s; a job submitted to one server whose process
 is killed mid-translation, taken over and fetched through another sharing its store."""
 
+import datetime
 import io
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ import deepl
 import docx
 import httpx
 import pytest
+from format_files import pptx_bytes, pptx_texts, xlsx_bytes, xlsx_cells
 from hostile_files import docx_bytes
 from server_process import eventually, running_server
 
@@ -32,6 +34,12 @@ FORMATS = {
                  lambda alone: f"1\n00:00:01,000 --> 00:00:02,000\n{alone('ninety-nine')}\n"),
     "letter.docx": (docx_bytes("forty-two", "three hundred"), docx_paragraphs,
                     lambda alone: [alone("forty-two"), alone("three hundred")]),
+    "book.xlsx": (xlsx_bytes(), xlsx_cells,
+                  lambda alone: [[alone("forty-two"), 42, "=B1*2", datetime.datetime(2024, 1, 2)],
+                                 [None] * 5 + [alone("seven")]]),
+    "talk.pptx": (pptx_bytes(), pptx_texts,
+                  lambda alone: {"title": alone("forty-two"), "body": alone("three hundred"), "bold": [False, True],
+                                 "table": [alone("seven"), alone("nine")], "notes": alone("eleven")}),
 }
 
 

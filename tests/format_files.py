@@ -1,0 +1,53 @@
+"""Small files of each document format, built in memory with the formats' own libraries (or their XML, where the
+server reads the XML itself), and what each holds read back: the in-process and the real-server tests share them."""
+
+import datetime
+import io
+
+import openpyxl
+import pptx
+from pptx.util import Inches
+
+
+def xlsx_bytes() -> bytes:
+    """Text cells "forty-two" (bold) and "seven", beside a number, a formula and a date."""
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet["A1"], sheet["B1"], sheet["C1"], sheet["D1"] = "forty-two", 42, "=B1*2", datetime.date(2024, 1, 2)
+    sheet["A1"].font = openpyxl.styles.Font(bold=True)
+    book.create_sheet("second")["B3"] = "seven"
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def xlsx_cells(data: bytes) -> list[list]:
+    book = openpyxl.load_workbook(io.BytesIO(data))
+    return [[cell.value for row in sheet.iter_rows() for cell in row] for sheet in book.worksheets]
+
+
+def pptx_bytes() -> bytes:
+    """A title "forty-two", a body "three hundred" (its second run bold), a table "seven"/"nine", notes "eleven"."""
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = "forty-two"
+    body = slide.placeholders[1].text_frame
+    body.text = "three "
+    bold = body.paragraphs[0].add_run()
+    bold.text, bold.font.bold = "hundred", True
+    table = slide.shapes.add_table(1, 2, Inches(1), Inches(4), Inches(4), Inches(1)).table
+    table.cell(0, 0).text, table.cell(0, 1).text = "seven", "nine"
+    slide.notes_slide.notes_text_frame.text = "eleven"
+    out = io.BytesIO()
+    presentation.save(out)
+    return out.getvalue()
+
+
+def pptx_texts(data: bytes) -> dict:
+    slide = pptx.Presentation(io.BytesIO(data)).slides[0]
+    table = next(shape.table for shape in slide.shapes if shape.has_table)
+    body = slide.placeholders[1].text_frame.paragraphs[0]
+    return {"title": slide.shapes.title.text_frame.text, "body": body.text,
+            "bold": [bool(run.font.bold) for run in body.runs],
+            "table": [table.cell(0, 0).text, table.cell(0, 1).text],
+            "notes": slide.notes_slide.notes_text_frame.text}

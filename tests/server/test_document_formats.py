@@ -1,0 +1,68 @@
+"""Each packaged document format through POST /v1/translate/file (in process, the demo model; the same reading as
+document jobs): its texts translated as each alone, what is no text untouched; and each format's hostile cases: a
+zip bomb, an entry inflating past its ratio, an entry leaving the archive, a DTD, a damaged file, well-formed XML of
+the wrong structure: a 4xx naming the format and the problem, never a 5xx."""
+
+import pytest
+from format_files import pptx_bytes, pptx_texts, xlsx_bytes, xlsx_cells
+from hostile_files import with_entry
+from server_process import in_process_client
+
+from server.settings import Settings
+
+SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000)
+# format → a valid file, the XML entry holding its text, and the entry its reading starts from
+FILES = {".xlsx": (xlsx_bytes, "xl/worksheets/sheet1.xml", "xl/workbook.xml"),
+         ".pptx": (pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml")}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with in_process_client(SETTINGS) as c:
+        yield c
+
+
+def post(client, name: str, data: bytes):
+    return client.post("/v1/translate/file", files={"file": (name, data)}, data={"target_lang": "de"})
+
+
+def test_xlsx_translates_text_cells_only(client, alone):
+    response = post(client, "book.xlsx", xlsx_bytes())
+    assert response.status_code == 200, response.text
+    first, second = xlsx_cells(response.content)
+    assert first[0] == alone("forty-two") and first[1:3] == [42, "=B1*2"] and first[3].year == 2024
+    assert [value for value in second if value] == [alone("seven")]
+
+
+def test_pptx_translates_titles_bodies_tables_and_notes_keeping_runs(client, alone):
+    response = post(client, "talk.pptx", pptx_bytes())
+    assert response.status_code == 200, response.text
+    texts = pptx_texts(response.content)
+    assert texts["title"] == alone("forty-two") and texts["notes"] == alone("eleven")
+    assert texts["table"] == [alone("seven"), alone("nine")]
+    assert texts["body"] == alone("three hundred") and texts["bold"] == [False, True]
+
+
+DTD = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "forty-two">]><x>&a;</x>'
+# case → (which entry: 1 the text's, 2 the root's), what it is rewritten to, the status, words of the message
+HOSTILE = {"bomb": (1, b"\0" * 4_100_000, 413, "inflates"), "dtd": (1, DTD, 400, "carries a DTD"),
+           "dtd at the root": (2, DTD, 400, "carries a DTD"), "wrong structure": (2, b"<x/>", 400, "not a valid")}
+
+
+@pytest.mark.parametrize("suffix", FILES)
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_entries(client, suffix, case):
+    which, content, status, words = HOSTILE[case]
+    response = post(client, "evil" + suffix, with_entry(FILES[suffix][0](), FILES[suffix][which],
+                                                        lambda f: f.write(content)))
+    assert response.status_code == status, response.text
+    assert words in response.json()["error"]["message"] and suffix in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("suffix", FILES)
+def test_an_entry_leaving_the_archive_and_a_damaged_file(client, suffix):
+    build = FILES[suffix][0]
+    escaping = post(client, "evil" + suffix, with_entry(build(), "../evil.xml", lambda f: f.write(b"<x/>")))
+    assert escaping.status_code == 400 and "leaves the archive" in escaping.json()["error"]["message"]
+    damaged = post(client, "broken" + suffix, b"PK\x03\x04 not really a zip")
+    assert damaged.status_code == 400 and f"not a valid {suffix} file" in damaged.json()["error"]["message"]
