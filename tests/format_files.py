@@ -51,3 +51,32 @@ def pptx_texts(data: bytes) -> dict:
             "bold": [bool(run.font.bold) for run in body.runs],
             "table": [table.cell(0, 0).text, table.cell(0, 1).text],
             "notes": slide.notes_slide.notes_text_frame.text}
+
+
+XLIFF_12 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+ <file source-language="en" target-language="de" datatype="plaintext" original="app">
+  <body>
+   <trans-unit id="1"><source>forty-two</source></trans-unit>
+   <trans-unit id="2"><source>seven <ph id="1">&lt;br/&gt;</ph></source><target state="new">old</target></trans-unit>
+   <trans-unit id="3"><source><x id="2"/></source></trans-unit>
+  </body>
+ </file>
+</xliff>"""
+XLIFF_2 = b"""<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en" trgLang="de">
+ <file id="f1"><unit id="u1"><segment><source>nine</source></segment></unit>
+  <unit id="u2"><segment><source>eleven</source><target>x</target></segment></unit></file>
+</xliff>"""
+
+
+def xliff_targets(data: bytes) -> list[tuple]:
+    """Each unit's (state, target's content as XML) of an XLIFF 1.2 or 2.x file."""
+    from lxml import etree
+
+    root = etree.fromstring(data)
+    out = []
+    for target in root.iter("{*}target"):
+        holder = target if root.get("version") == "1.2" else target.getparent()
+        inner = (target.text or "") + "".join(etree.tostring(child, encoding="unicode") for child in target)
+        out.append((holder.get("state"), inner.replace(' xmlns="urn:oasis:names:tc:xliff:document:1.2"', "")))
+    return out

@@ -37,7 +37,7 @@ def open_archive(data: bytes, suffix: str, max_expanded_bytes: int, max_ratio: i
         raise FileTooLarge(f"the {suffix} file inflates to {expanded} bytes; at most {max_expanded_bytes}",
                            limit=max_expanded_bytes)
     for entry in entries:
-        if _declares_entities(read_entry(archive, entry.filename, suffix)):
+        if declares_entities(read_entry(archive, entry.filename, suffix)):
             raise FileError(f"not a valid {suffix} file: {entry.filename} carries a DTD (<!DOCTYPE [...]> or "
                             f"<!ENTITY>)")
     return archive
@@ -50,7 +50,8 @@ def read_entry(archive: zipfile.ZipFile, name: str, suffix: str) -> bytes:
         raise FileError(f"not a valid {suffix} file: {name}: {e}") from None
 
 
-def _declares_entities(data: bytes) -> bool:
+def declares_entities(data: bytes) -> bool:
+    """Whether XML declares entities (a DOCTYPE's internal subset, or <!ENTITY>): refused before any parser reads it."""
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 XML: its declarations are not ASCII bytes
         data = data.decode("utf-16", errors="replace").encode()
     return bool(_ENTITY.search(data))

@@ -17,11 +17,12 @@ import re
 from . import office
 from .markup import MarkupError, text_content
 from .parsed import FileError, ParsedFile
+from .xliff import xliff
 
 _PARAGRAPH_BREAK = re.compile(r"(\n[ \t\r]*\n\s*)")
 # suffix → its reader, given the file and the archive limits
 PACKAGED = {".docx": office.docx, ".pptx": office.pptx, ".xlsx": office.xlsx}
-SUFFIXES = (".txt", ".html", ".htm", ".srt", *PACKAGED)
+SUFFIXES = (".txt", ".html", ".htm", ".srt", ".xlf", ".xliff", *PACKAGED)
 
 
 def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max_ratio: int = 100) -> ParsedFile:
@@ -30,6 +31,8 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max
         raise FileError(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(SUFFIXES)}")
     if suffix in PACKAGED:
         return PACKAGED[suffix](data, max_expanded_bytes, max_ratio)
+    if suffix in (".xlf", ".xliff"):
+        return xliff(data, suffix)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -26,6 +26,7 @@ class ParsedFile:
     write: Callable[[list[str]], bytes]  # translated texts → the translated file
     characters: int  # what a reader sees, what is translated (and billed): no tags, no run markup
     non_splitting_tags: tuple[str, ...] = ()
+    ignore_tags: tuple[str, ...] = ()  # elements whose contents are not text to translate
 
 
 def reading(suffix: str, read: Callable, *args):

@@ -239,7 +239,7 @@ async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lan
     that many characters (within max_request_chars), each one request of the scheduler's fair share, and
     `progress(share done, 0..1)` is awaited after each."""
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
-                          non_splitting_tags=parsed.non_splitting_tags)
+                          non_splitting_tags=parsed.non_splitting_tags, ignore_tags=parsed.ignore_tags)
     limit = min(chunk_chars, provider.settings.max_request_chars) if chunk_chars else sum(map(len, parsed.texts))
     translated: list[str] = []
     async with spending:

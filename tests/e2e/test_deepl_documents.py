@@ -12,7 +12,7 @@ import deepl
 import docx
 import httpx
 import pytest
-from format_files import pptx_bytes, pptx_texts, xlsx_bytes, xlsx_cells
+from format_files import XLIFF_12, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
 from hostile_files import docx_bytes
 from server_process import eventually, running_server
 
@@ -40,6 +40,9 @@ FORMATS = {
     "talk.pptx": (pptx_bytes(), pptx_texts,
                   lambda alone: {"title": alone("forty-two"), "body": alone("three hundred"), "bold": [False, True],
                                  "table": [alone("seven"), alone("nine")], "notes": alone("eleven")}),
+    "strings.xlf": (XLIFF_12, xliff_targets,
+                    lambda alone: [("translated", alone("forty-two")),
+                                   ("translated", f'{alone("seven")} <ph id="1">&lt;br/&gt;</ph>')]),
 }
 
 

@@ -4,7 +4,7 @@ zip bomb, an entry inflating past its ratio, an entry leaving the archive, a DTD
 the wrong structure: a 4xx naming the format and the problem, never a 5xx."""
 
 import pytest
-from format_files import pptx_bytes, pptx_texts, xlsx_bytes, xlsx_cells
+from format_files import XLIFF_2, XLIFF_12, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
 from hostile_files import with_entry
 from server_process import in_process_client
 
@@ -45,6 +45,30 @@ def test_pptx_translates_titles_bodies_tables_and_notes_keeping_runs(client, alo
 
 DTD = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "forty-two">]><x>&a;</x>'
 # case → (which entry: 1 the text's, 2 the root's), what it is rewritten to, the status, words of the message
+def test_xliff_12_fills_targets_keeping_inline_tags_and_native_code(client, alone):
+    response = post(client, "app.xlf", XLIFF_12)
+    assert response.status_code == 200, response.text
+    seven = alone("seven")
+    assert xliff_targets(response.content) == [("translated", alone("forty-two")),
+                                               ("translated", f'{seven} <ph id="1">&lt;br/&gt;</ph>')]
+
+
+def test_xliff_2_fills_targets_and_marks_segments(client, alone):
+    response = post(client, "app.xliff", XLIFF_2)
+    assert xliff_targets(response.content) == [("translated", alone("nine")), ("translated", alone("eleven"))]
+
+
+@pytest.mark.parametrize("data, words", [
+    (b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "seven">]><xliff version="1.2">&a;</xliff>', "carries a DTD"),
+    (XLIFF_12[:200], "not a valid .xlf file"),
+    (b"<html><body>seven</body></html>", "not an XLIFF 1.2 or 2.x"),
+    (b"\xff\xfe<\x00", "not a valid .xlf file"),
+])
+def test_hostile_xliff(client, data, words):
+    response = post(client, "evil.xlf", data)
+    assert response.status_code == 400 and words in response.json()["error"]["message"], response.text
+
+
 HOSTILE = {"bomb": (1, b"\0" * 4_100_000, 413, "inflates"), "dtd": (1, DTD, 400, "carries a DTD"),
            "dtd at the root": (2, DTD, 400, "carries a DTD"), "wrong structure": (2, b"<x/>", 400, "not a valid")}
 
