@@ -80,3 +80,52 @@ def xliff_targets(data: bytes) -> list[tuple]:
         inner = (target.text or "") + "".join(etree.tostring(child, encoding="unicode") for child in target)
         out.append((holder.get("state"), inner.replace(' xmlns="urn:oasis:names:tc:xliff:document:1.2"', "")))
     return out
+
+
+ODF = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+       'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+       'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
+       'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+       'xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"')
+ODT_BODY = ('<office:text><text:h text:outline-level="1">forty-two</text:h>'
+            '<text:p>three <text:span text:style-name="T1">hundred</text:span></text:p>'
+            '<table:table><table:table-row><table:table-cell><text:p>seven</text:p></table:table-cell>'
+            '</table:table-row></table:table>'
+            '<text:p>nine<text:note><text:note-body><text:p>eleven</text:p></text:note-body></text:note></text:p>'
+            '</office:text>')
+ODP_BODY = ('<office:presentation><draw:page draw:name="one"><draw:frame><draw:text-box><text:p>forty-two</text:p>'
+            '</draw:text-box></draw:frame><presentation:notes><draw:frame><draw:text-box><text:p>seven</text:p>'
+            '</draw:text-box></draw:frame></presentation:notes></draw:page></office:presentation>')
+
+
+def opendocument_bytes(suffix: str) -> bytes:
+    """A minimal .odt or .odp: its `mimetype` first and stored, a manifest, and content.xml."""
+    import zipfile
+
+    kind = {".odt": "text", ".odp": "presentation"}[suffix]
+    body = {".odt": ODT_BODY, ".odp": ODP_BODY}[suffix]
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype"), f"application/vnd.oasis.opendocument.{kind}")
+        archive.writestr("META-INF/manifest.xml", '<manifest:manifest xmlns:manifest="urn:oasis:names:tc:'
+                         'opendocument:xmlns:manifest:1.0"><manifest:file-entry manifest:full-path="/" '
+                         f'manifest:media-type="application/vnd.oasis.opendocument.{kind}"/></manifest:manifest>')
+        archive.writestr("content.xml", f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {ODF} '
+                         f'office:version="1.2"><office:body>{body}</office:body></office:document-content>')
+    return out.getvalue()
+
+
+def opendocument_texts(data: bytes) -> dict:
+    """The text of each paragraph and heading of content.xml in order, the spans' count, and the archive's first
+    entry and its compression."""
+    import zipfile
+
+    from lxml import etree
+
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    root = etree.fromstring(archive.read("content.xml"))
+    text = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+    first = archive.infolist()[0]
+    return {"paragraphs": ["".join(p.xpath("text()|*[not(self::text:note)]//text()", namespaces={"text": text}))
+                           for p in root.iter(f"{{{text}}}p", f"{{{text}}}h")],
+            "spans": len(list(root.iter(f"{{{text}}}span"))), "first": (first.filename, first.compress_type)}

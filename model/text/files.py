@@ -16,12 +16,14 @@ import re
 
 from . import office
 from .markup import MarkupError, text_content
+from .opendocument import opendocument
 from .parsed import FileError, ParsedFile
 from .xliff import xliff
 
 _PARAGRAPH_BREAK = re.compile(r"(\n[ \t\r]*\n\s*)")
-# suffix → its reader, given the file and the archive limits
-PACKAGED = {".docx": office.docx, ".pptx": office.pptx, ".xlsx": office.xlsx}
+# suffix → its reader, given the file, its suffix and the archive limits
+PACKAGED = {".docx": office.docx, ".pptx": office.pptx, ".xlsx": office.xlsx, ".odt": opendocument,
+            ".odp": opendocument}
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".xlf", ".xliff", *PACKAGED)
 
 
@@ -30,7 +32,7 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max
     if suffix not in SUFFIXES:
         raise FileError(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(SUFFIXES)}")
     if suffix in PACKAGED:
-        return PACKAGED[suffix](data, max_expanded_bytes, max_ratio)
+        return PACKAGED[suffix](data, suffix, max_expanded_bytes, max_ratio)
     if suffix in (".xlf", ".xliff"):
         return xliff(data, suffix)
     try:

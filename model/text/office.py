@@ -40,12 +40,12 @@ def _paragraphs_file(document, paragraphs: list, suffix: str) -> ParsedFile:
                       characters=sum(len(text) for _, its in kept for text in its))
 
 
-def docx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
+def docx(data: bytes, suffix: str, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
     import docx as python_docx  # python-docx: only this format needs it
 
-    open_archive(data, ".docx", max_expanded_bytes, max_ratio)
-    document = reading(".docx", python_docx.Document, io.BytesIO(data))
-    return _paragraphs_file(document, reading(".docx", lambda: list(_docx_paragraphs(document))), ".docx")
+    open_archive(data, suffix, max_expanded_bytes, max_ratio)
+    document = reading(suffix, python_docx.Document, io.BytesIO(data))
+    return _paragraphs_file(document, reading(suffix, lambda: list(_docx_paragraphs(document))), suffix)
 
 
 def _docx_paragraphs(document) -> Iterable:
@@ -60,12 +60,12 @@ def _docx_paragraphs(document) -> Iterable:
                     yield from cell.paragraphs
 
 
-def pptx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
+def pptx(data: bytes, suffix: str, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
     import pptx as python_pptx  # python-pptx: only this format needs it
 
-    open_archive(data, ".pptx", max_expanded_bytes, max_ratio)
-    presentation = reading(".pptx", python_pptx.Presentation, io.BytesIO(data))
-    return _paragraphs_file(presentation, reading(".pptx", lambda: list(_pptx_paragraphs(presentation))), ".pptx")
+    open_archive(data, suffix, max_expanded_bytes, max_ratio)
+    presentation = reading(suffix, python_pptx.Presentation, io.BytesIO(data))
+    return _paragraphs_file(presentation, reading(suffix, lambda: list(_pptx_paragraphs(presentation))), suffix)
 
 
 def _pptx_paragraphs(presentation) -> Iterable:
@@ -91,12 +91,12 @@ def _shape_paragraphs(shapes) -> Iterable:
             yield from shape.text_frame.paragraphs
 
 
-def xlsx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
+def xlsx(data: bytes, suffix: str, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
     import openpyxl  # only this format needs it
 
-    open_archive(data, ".xlsx", max_expanded_bytes, max_ratio)
-    workbook = reading(".xlsx", openpyxl.load_workbook, io.BytesIO(data))
-    cells = reading(".xlsx", lambda: [cell for sheet in workbook.worksheets for row in sheet.iter_rows()
+    open_archive(data, suffix, max_expanded_bytes, max_ratio)
+    workbook = reading(suffix, openpyxl.load_workbook, io.BytesIO(data))
+    cells = reading(suffix, lambda: [cell for sheet in workbook.worksheets for row in sheet.iter_rows()
                                       for cell in row if cell.data_type == "s" and cell.value])
 
     def write(translations: list[str]) -> bytes:
@@ -105,4 +105,4 @@ def xlsx(data: bytes, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
         return _saved(workbook)
 
     texts = [str(cell.value) for cell in cells]
-    return ParsedFile(texts, "text", lambda t: reading(".xlsx", write, t), characters=sum(map(len, texts)))
+    return ParsedFile(texts, "text", lambda t: reading(suffix, write, t), characters=sum(map(len, texts)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from lxml import etree
 
 from .archive import declares_entities
+from .elements import fill, inner_xml, parser
 from .markup import text_content
 from .parsed import FileError, ParsedFile, reading
 
@@ -21,14 +22,13 @@ NATIVE_CODE = ("ph", "bpt", "ept", "it")  # 1.2: elements holding the original f
 def xliff(data: bytes, suffix: str) -> ParsedFile:
     if declares_entities(data):
         raise FileError(f"not a valid {suffix} file: it carries a DTD (<!DOCTYPE [...]> or <!ENTITY>)")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
-    root = reading(suffix, etree.fromstring, data, parser)
+    root = reading(suffix, etree.fromstring, data, parser())
     namespace = etree.QName(root).namespace
     if etree.QName(root).localname != "xliff" or namespace not in VERSIONS:
         raise FileError(f"not a valid {suffix} file: the root is {root.tag}, not an XLIFF 1.2 or 2.x <xliff>")
     units = root.iter(f"{{{namespace}}}trans-unit" if VERSIONS[namespace] == "1.2" else f"{{{namespace}}}segment")
     sources = [(unit, source) for unit in units if (source := unit.find(f"{{{namespace}}}source")) is not None]
-    texts = [_inner(source) for _, source in sources]
+    texts = [inner_xml(source) for _, source in sources]
     kept = [(pair, text) for pair, text in zip(sources, texts) if text_content(text, "xml").strip()]
 
     def write(translations: list[str]) -> bytes:
@@ -38,7 +38,7 @@ def xliff(data: bytes, suffix: str) -> ParsedFile:
                 target = source.makeelement(f"{{{namespace}}}target")
                 source.addnext(target)
                 target.tail, source.tail = source.tail, source.tail
-            _fill(target, translated, namespace)
+            fill(target, translated)
             (target if VERSIONS[namespace] == "1.2" else unit).set("state", "translated")
         etree.cleanup_namespaces(root)
         return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
@@ -46,22 +46,3 @@ def xliff(data: bytes, suffix: str) -> ParsedFile:
     return ParsedFile([text for _, text in kept], "xml", lambda t: reading(suffix, write, t),
                       characters=sum(len(text_content(text, "xml")) for _, text in kept),
                       ignore_tags=NATIVE_CODE if VERSIONS[namespace] == "1.2" else ())
-
-
-def _inner(element) -> str:
-    """An element's content as XML text: its text, then each child with its tail (children carry their namespace
-    declaration, which the markup keeps as a mark's source)."""
-    return (etree.tostring(element, encoding="unicode", with_tail=False).split(">", 1)[1]
-            .rsplit("</", 1)[0] if len(element) or element.text else "")
-
-
-def _fill(target, fragment: str, namespace: str) -> None:
-    """`target`'s content replaced by the translated XML fragment (read with the namespaces in scope there)."""
-    declared = " ".join(f'xmlns:{prefix}="{uri}"' if prefix else f'xmlns="{uri}"'
-                        for prefix, uri in {None: namespace, **target.nsmap}.items())
-    wrapper = etree.fromstring(f"<wrapper {declared}>{fragment}</wrapper>",
-                               etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False))
-    for child in list(target):
-        target.remove(child)
-    target.text = wrapper.text
-    target.extend(list(wrapper))

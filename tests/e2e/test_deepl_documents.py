@@ -12,7 +12,7 @@ import deepl
 import docx
 import httpx
 import pytest
-from format_files import XLIFF_12, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
+from format_files import XLIFF_12, opendocument_bytes, opendocument_texts, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
 from hostile_files import docx_bytes
 from server_process import eventually, running_server
 
@@ -43,6 +43,9 @@ FORMATS = {
     "strings.xlf": (XLIFF_12, xliff_targets,
                     lambda alone: [("translated", alone("forty-two")),
                                    ("translated", f'{alone("seven")} <ph id="1">&lt;br/&gt;</ph>')]),
+    "letter.odt": (opendocument_bytes(".odt"), lambda data: opendocument_texts(data)["paragraphs"],
+                   lambda alone: [alone("forty-two"), alone("three hundred"), alone("seven"), "nine",
+                                  alone("eleven")]),
 }
 
 

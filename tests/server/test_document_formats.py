@@ -4,7 +4,8 @@ zip bomb, an entry inflating past its ratio, an entry leaving the archive, a DTD
 the wrong structure: a 4xx naming the format and the problem, never a 5xx."""
 
 import pytest
-from format_files import XLIFF_2, XLIFF_12, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
+from format_files import (XLIFF_2, XLIFF_12, opendocument_bytes, opendocument_texts, pptx_bytes, pptx_texts, xliff_targets,
+                          xlsx_bytes, xlsx_cells)
 from hostile_files import with_entry
 from server_process import in_process_client
 
@@ -13,7 +14,9 @@ from server.settings import Settings
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000)
 # format → a valid file, the XML entry holding its text, and the entry its reading starts from
 FILES = {".xlsx": (xlsx_bytes, "xl/worksheets/sheet1.xml", "xl/workbook.xml"),
-         ".pptx": (pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml")}
+         ".pptx": (pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml"),
+         ".odt": (lambda: opendocument_bytes(".odt"), "content.xml", "content.xml"),
+         ".odp": (lambda: opendocument_bytes(".odp"), "content.xml", "content.xml")}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,20 @@ def test_pptx_translates_titles_bodies_tables_and_notes_keeping_runs(client, alo
 
 DTD = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "forty-two">]><x>&a;</x>'
 # case → (which entry: 1 the text's, 2 the root's), what it is rewritten to, the status, words of the message
+def test_odt_translates_headings_paragraphs_cells_and_notes_keeping_spans(client, alone):
+    response = post(client, "letter.odt", opendocument_bytes(".odt"))
+    assert response.status_code == 200, response.text
+    texts = opendocument_texts(response.content)
+    # a paragraph holding a footnote gives the footnote's paragraph only ("nine" stays)
+    assert texts == {"paragraphs": [alone("forty-two"), alone("three hundred"), alone("seven"), "nine",
+                                    alone("eleven")], "spans": 1, "first": ("mimetype", 0)}
+
+
+def test_odp_translates_slides_and_notes(client, alone):
+    response = post(client, "talk.odp", opendocument_bytes(".odp"))
+    assert opendocument_texts(response.content)["paragraphs"] == [alone("forty-two"), alone("seven")]
+
+
 def test_xliff_12_fills_targets_keeping_inline_tags_and_native_code(client, alone):
     response = post(client, "app.xlf", XLIFF_12)
     assert response.status_code == 200, response.text
