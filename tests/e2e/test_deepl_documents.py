@@ -12,7 +12,7 @@ import deepl
 import docx
 import httpx
 import pytest
-from format_files import XLIFF_12, opendocument_bytes, opendocument_texts, pptx_bytes, pptx_texts, xliff_targets, xlsx_bytes, xlsx_cells
+import format_files as files
 from hostile_files import docx_bytes
 from server_process import eventually, running_server
 
@@ -34,16 +34,16 @@ FORMATS = {
                  lambda alone: f"1\n00:00:01,000 --> 00:00:02,000\n{alone('ninety-nine')}\n"),
     "letter.docx": (docx_bytes("forty-two", "three hundred"), docx_paragraphs,
                     lambda alone: [alone("forty-two"), alone("three hundred")]),
-    "book.xlsx": (xlsx_bytes(), xlsx_cells,
+    "book.xlsx": (files.xlsx_bytes(), files.xlsx_cells,
                   lambda alone: [[alone("forty-two"), 42, "=B1*2", datetime.datetime(2024, 1, 2)],
                                  [None] * 5 + [alone("seven")]]),
-    "talk.pptx": (pptx_bytes(), pptx_texts,
+    "talk.pptx": (files.pptx_bytes(), files.pptx_texts,
                   lambda alone: {"title": alone("forty-two"), "body": alone("three hundred"), "bold": [False, True],
                                  "table": [alone("seven"), alone("nine")], "notes": alone("eleven")}),
-    "strings.xlf": (XLIFF_12, xliff_targets,
+    "strings.xlf": (files.XLIFF_12, files.xliff_targets,
                     lambda alone: [("translated", alone("forty-two")),
                                    ("translated", f'{alone("seven")} <ph id="1">&lt;br/&gt;</ph>')]),
-    "letter.odt": (opendocument_bytes(".odt"), lambda data: opendocument_texts(data)["paragraphs"],
+    "letter.odt": (files.opendocument_bytes(".odt"), lambda data: files.opendocument_texts(data)["paragraphs"],
                    lambda alone: [alone("forty-two"), alone("three hundred"), alone("seven"), "nine",
                                   alone("eleven")]),
 }

@@ -4,8 +4,7 @@ zip bomb, an entry inflating past its ratio, an entry leaving the archive, a DTD
 the wrong structure: a 4xx naming the format and the problem, never a 5xx."""
 
 import pytest
-from format_files import (XLIFF_2, XLIFF_12, opendocument_bytes, opendocument_texts, pptx_bytes, pptx_texts, xliff_targets,
-                          xlsx_bytes, xlsx_cells)
+import format_files as files
 from hostile_files import with_entry
 from server_process import in_process_client
 
@@ -13,10 +12,10 @@ from server.settings import Settings
 
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000)
 # format → a valid file, the XML entry holding its text, and the entry its reading starts from
-FILES = {".xlsx": (xlsx_bytes, "xl/worksheets/sheet1.xml", "xl/workbook.xml"),
-         ".pptx": (pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml"),
-         ".odt": (lambda: opendocument_bytes(".odt"), "content.xml", "content.xml"),
-         ".odp": (lambda: opendocument_bytes(".odp"), "content.xml", "content.xml")}
+FILES = {".xlsx": (files.xlsx_bytes, "xl/worksheets/sheet1.xml", "xl/workbook.xml"),
+         ".pptx": (files.pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml"),
+         ".odt": (lambda: files.opendocument_bytes(".odt"), "content.xml", "content.xml"),
+         ".odp": (lambda: files.opendocument_bytes(".odp"), "content.xml", "content.xml")}
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +29,17 @@ def post(client, name: str, data: bytes):
 
 
 def test_xlsx_translates_text_cells_only(client, alone):
-    response = post(client, "book.xlsx", xlsx_bytes())
+    response = post(client, "book.xlsx", files.xlsx_bytes())
     assert response.status_code == 200, response.text
-    first, second = xlsx_cells(response.content)
+    first, second = files.xlsx_cells(response.content)
     assert first[0] == alone("forty-two") and first[1:3] == [42, "=B1*2"] and first[3].year == 2024
     assert [value for value in second if value] == [alone("seven")]
 
 
 def test_pptx_translates_titles_bodies_tables_and_notes_keeping_runs(client, alone):
-    response = post(client, "talk.pptx", pptx_bytes())
+    response = post(client, "talk.pptx", files.pptx_bytes())
     assert response.status_code == 200, response.text
-    texts = pptx_texts(response.content)
+    texts = files.pptx_texts(response.content)
     assert texts["title"] == alone("forty-two") and texts["notes"] == alone("eleven")
     assert texts["table"] == [alone("seven"), alone("nine")]
     assert texts["body"] == alone("three hundred") and texts["bold"] == [False, True]
@@ -49,35 +48,35 @@ def test_pptx_translates_titles_bodies_tables_and_notes_keeping_runs(client, alo
 DTD = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "forty-two">]><x>&a;</x>'
 # case → (which entry: 1 the text's, 2 the root's), what it is rewritten to, the status, words of the message
 def test_odt_translates_headings_paragraphs_cells_and_notes_keeping_spans(client, alone):
-    response = post(client, "letter.odt", opendocument_bytes(".odt"))
+    response = post(client, "letter.odt", files.opendocument_bytes(".odt"))
     assert response.status_code == 200, response.text
-    texts = opendocument_texts(response.content)
+    texts = files.opendocument_texts(response.content)
     # a paragraph holding a footnote gives the footnote's paragraph only ("nine" stays)
     assert texts == {"paragraphs": [alone("forty-two"), alone("three hundred"), alone("seven"), "nine",
                                     alone("eleven")], "spans": 1, "first": ("mimetype", 0)}
 
 
 def test_odp_translates_slides_and_notes(client, alone):
-    response = post(client, "talk.odp", opendocument_bytes(".odp"))
-    assert opendocument_texts(response.content)["paragraphs"] == [alone("forty-two"), alone("seven")]
+    response = post(client, "talk.odp", files.opendocument_bytes(".odp"))
+    assert files.opendocument_texts(response.content)["paragraphs"] == [alone("forty-two"), alone("seven")]
 
 
 def test_xliff_12_fills_targets_keeping_inline_tags_and_native_code(client, alone):
-    response = post(client, "app.xlf", XLIFF_12)
+    response = post(client, "app.xlf", files.XLIFF_12)
     assert response.status_code == 200, response.text
     seven = alone("seven")
-    assert xliff_targets(response.content) == [("translated", alone("forty-two")),
+    assert files.xliff_targets(response.content) == [("translated", alone("forty-two")),
                                                ("translated", f'{seven} <ph id="1">&lt;br/&gt;</ph>')]
 
 
 def test_xliff_2_fills_targets_and_marks_segments(client, alone):
-    response = post(client, "app.xliff", XLIFF_2)
-    assert xliff_targets(response.content) == [("translated", alone("nine")), ("translated", alone("eleven"))]
+    response = post(client, "app.xliff", files.XLIFF_2)
+    assert files.xliff_targets(response.content) == [("translated", alone("nine")), ("translated", alone("eleven"))]
 
 
 @pytest.mark.parametrize("data, words", [
     (b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "seven">]><xliff version="1.2">&a;</xliff>', "carries a DTD"),
-    (XLIFF_12[:200], "not a valid .xlf file"),
+    (files.XLIFF_12[:200], "not a valid .xlf file"),
     (b"<html><body>seven</body></html>", "not an XLIFF 1.2 or 2.x"),
     (b"\xff\xfe<\x00", "not a valid .xlf file"),
 ])
