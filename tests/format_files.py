@@ -129,3 +129,33 @@ def opendocument_texts(data: bytes) -> dict:
     return {"paragraphs": ["".join(p.xpath("text()|*[not(self::text:note)]//text()", namespaces={"text": text}))
                            for p in root.iter(f"{{{text}}}p", f"{{{text}}}h")],
             "spans": len(list(root.iter(f"{{{text}}}span"))), "first": (first.filename, first.compress_type)}
+
+
+CHAPTER = ('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml">'
+           '<head><title>forty-two</title><style>p { color: red; }</style></head>'
+           '<body><h1>seven</h1><p>nine</p></body></html>')
+
+
+def epub_bytes(chapter: str = CHAPTER) -> bytes:
+    """A minimal EPUB: mimetype (first, stored), container, package document, one chapter."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
+        archive.writestr("META-INF/container.xml", '<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"'
+                         ' version="1.0"><rootfiles><rootfile full-path="OEBPS/book.opf" '
+                         'media-type="application/oebps-package+xml"/></rootfiles></container>')
+        archive.writestr("OEBPS/book.opf", '<package xmlns="http://www.idpf.org/2007/opf" version="3.0"><manifest>'
+                         '<item id="c1" href="one.xhtml" media-type="application/xhtml+xml"/></manifest>'
+                         '<spine><itemref idref="c1"/></spine></package>')
+        archive.writestr("OEBPS/one.xhtml", chapter)
+    return out.getvalue()
+
+
+def epub_chapter(data: bytes) -> tuple[str, str]:
+    """The chapter's text, and the archive's first entry."""
+    import zipfile
+
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    return archive.read("OEBPS/one.xhtml").decode(), archive.infolist()[0].filename

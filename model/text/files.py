@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from . import office
+from .epub import epub
 from .markup import MarkupError, text_content
 from .opendocument import opendocument
 from .parsed import FileError, ParsedFile
@@ -23,7 +24,7 @@ from .xliff import xliff
 _PARAGRAPH_BREAK = re.compile(r"(\n[ \t\r]*\n\s*)")
 # suffix → its reader, given the file, its suffix and the archive limits
 PACKAGED = {".docx": office.docx, ".pptx": office.pptx, ".xlsx": office.xlsx, ".odt": opendocument,
-            ".odp": opendocument}
+            ".odp": opendocument, ".epub": epub}
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".xlf", ".xliff", *PACKAGED)
 
 

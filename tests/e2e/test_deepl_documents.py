@@ -46,6 +46,9 @@ FORMATS = {
     "letter.odt": (files.opendocument_bytes(".odt"), lambda data: files.opendocument_texts(data)["paragraphs"],
                    lambda alone: [alone("forty-two"), alone("three hundred"), alone("seven"), "nine",
                                   alone("eleven")]),
+    "book.epub": (files.epub_bytes(), lambda data: files.epub_chapter(data)[0],
+                  lambda alone: files.CHAPTER.replace(">forty-two<", f">{alone('forty-two')}<")
+                  .replace(">seven<", f">{alone('seven')}<").replace(">nine<", f">{alone('nine')}<")),
 }
 
 

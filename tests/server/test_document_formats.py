@@ -15,7 +15,8 @@ SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000)
 FILES = {".xlsx": (files.xlsx_bytes, "xl/worksheets/sheet1.xml", "xl/workbook.xml"),
          ".pptx": (files.pptx_bytes, "ppt/slides/slide1.xml", "ppt/presentation.xml"),
          ".odt": (lambda: files.opendocument_bytes(".odt"), "content.xml", "content.xml"),
-         ".odp": (lambda: files.opendocument_bytes(".odp"), "content.xml", "content.xml")}
+         ".odp": (lambda: files.opendocument_bytes(".odp"), "content.xml", "content.xml"),
+         ".epub": (files.epub_bytes, "OEBPS/one.xhtml", "META-INF/container.xml")}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,20 @@ def test_odt_translates_headings_paragraphs_cells_and_notes_keeping_spans(client
 def test_odp_translates_slides_and_notes(client, alone):
     response = post(client, "talk.odp", files.opendocument_bytes(".odp"))
     assert files.opendocument_texts(response.content)["paragraphs"] == [alone("forty-two"), alone("seven")]
+
+
+def test_epub_translates_its_xhtml_through_the_html_path(client, alone):
+    response = post(client, "book.epub", files.epub_bytes())
+    assert response.status_code == 200, response.text
+    chapter = files.CHAPTER
+    for word in ("forty-two", "seven", "nine"):
+        chapter = chapter.replace(f">{word}<", f">{alone(word)}<")
+    assert files.epub_chapter(response.content) == (chapter, "mimetype")
+
+
+def test_an_epub_chapter_not_utf8_is_a_400(client):
+    response = post(client, "bad.epub", files.epub_bytes("seven".encode("utf-16")))
+    assert response.status_code == 400 and "not UTF-8" in response.json()["error"]["message"]
 
 
 def test_xliff_12_fills_targets_keeping_inline_tags_and_native_code(client, alone):
