@@ -159,3 +159,49 @@ def epub_chapter(data: bytes) -> tuple[str, str]:
 
     archive = zipfile.ZipFile(io.BytesIO(data))
     return archive.read("OEBPS/one.xhtml").decode(), archive.infolist()[0].filename
+
+
+def pdf_bytes(*pages: list[tuple[int, int, str]]) -> bytes:
+    """A PDF of Helvetica text: each page a list of (font size, height on the page, text); a page without any is a
+    scanned page's (no text)."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>",
+               f"<< /Type /Pages /Kids [{' '.join(f'{3 + 2 * i} 0 R' for i in range(len(pages)))}] "
+               f"/Count {len(pages)} >>"]
+    font = 3 + 2 * len(pages)
+    for i, lines in enumerate(pages):
+        stream = "".join(f"BT /F1 {size} Tf 72 {height} Td ({text}) Tj ET\n" for size, height, text in lines)
+        objects += [f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+                    f"/Resources << /Font << /F1 {font} 0 R >> >> >>",
+                    f"<< /Length {len(stream)} >>\nstream\n{stream}endstream"]
+    objects.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out, offsets = "%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n" + "".join(f"{o:010d} 00000 n \n" for o in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    return out.encode("latin-1")
+
+
+PDF_PAGES = ([(24, 700, "forty-two"), (12, 660, "three hundred and"), (12, 646, "five."), (12, 600, "seven.")],
+             [(18, 700, "nine"), (12, 660, "eleven.")])
+
+
+def docx_blocks(data: bytes) -> list[tuple[str, str]]:
+    """A Word document's (style, text) per paragraph."""
+    import docx
+
+    return [(p.style.name, p.text) for p in docx.Document(io.BytesIO(data)).paragraphs]
+
+
+def pdf_bomb(inflated: int) -> bytes:
+    """A one-page PDF whose content stream inflates from a few kilobytes to `inflated` bytes."""
+    import zlib
+
+    plain = pdf_bytes([(12, 700, "seven")])
+    packed = zlib.compress(b" " * inflated, 9)
+    head, _, rest = plain.partition(b"<< /Length")
+    rest = rest.split(b"endstream", 1)[1]
+    body = head + b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed + b"\nendstream" + rest
+    return body  # its xref offsets are stale: pypdf finds the objects again, as it does for damaged files

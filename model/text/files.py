@@ -19,13 +19,20 @@ from .epub import epub
 from .markup import MarkupError, text_content
 from .opendocument import opendocument
 from .parsed import FileError, ParsedFile
+from .pdf import pdf
 from .xliff import xliff
 
 _PARAGRAPH_BREAK = re.compile(r"(\n[ \t\r]*\n\s*)")
-# suffix → its reader, given the file, its suffix and the archive limits
+# suffix → its reader, given the file, its suffix and the limits on what it inflates to
 PACKAGED = {".docx": office.docx, ".pptx": office.pptx, ".xlsx": office.xlsx, ".odt": opendocument,
-            ".odp": opendocument, ".epub": epub}
+            ".odp": opendocument, ".epub": epub, ".pdf": pdf}
+# what a file is written as where it cannot be written in its own format: a PDF's translation is a Word document
+WRITTEN_AS = {".pdf": ".docx"}
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".xlf", ".xliff", *PACKAGED)
+
+
+def written_as(suffix: str) -> str:
+    return WRITTEN_AS.get(suffix.lower(), suffix.lower())
 
 
 def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max_ratio: int = 100) -> ParsedFile:

@@ -15,6 +15,8 @@ import asyncio
 import logging
 from pathlib import PurePath
 
+from model import written_as
+
 from ..document_store import DocumentStore, Job
 from ..errors import InvalidRequest, ServerError
 from ..front import ModelProvider, dispatch
@@ -24,14 +26,10 @@ from .access import Keys
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
-# The format a document's translation is written in where it is not the document's own: a PDF's is a Word document.
-WRITTEN_AS = {".pdf": ".docx"}
-
-
 def output_suffix(suffix: str, asked: str | None) -> str:
     """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
     must name it, else a 400 says which it is."""
-    own = WRITTEN_AS.get(suffix, suffix)
+    own = written_as(suffix)
     if asked and "." + asked.lower().lstrip(".") != own:
         raise InvalidRequest(f"output_format {asked!r} is not available for a {suffix} document: it is written as "
                              f"{own}", field="output_format")

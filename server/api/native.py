@@ -8,6 +8,8 @@ from typing import Callable
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from model import written_as
+
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                       TranslationResult)
 from ..errors import ServerError
@@ -104,8 +106,9 @@ async def translate_file(request: Request):
         parsed = await dispatch.read_document(state.provider, data, name.suffix)
         translated = await dispatch.translate_file(state.provider, parsed, **fields,
                                                    spending=state.keys.spending(caller(request), parsed.characters))
-        return attachment(translated, f"{name.stem}.translated{name.suffix}",
-                          upload.content_type or "application/octet-stream")
+        written = written_as(name.suffix)
+        return attachment(translated, f"{name.stem}.translated{written}",
+                          upload.content_type if written == name.suffix.lower() else "application/octet-stream")
 
     return await until_disconnect(request, work())
 

@@ -49,7 +49,12 @@ FORMATS = {
     "book.epub": (files.epub_bytes(), lambda data: files.epub_chapter(data)[0],
                   lambda alone: files.CHAPTER.replace(">forty-two<", f">{alone('forty-two')}<")
                   .replace(">seven<", f">{alone('seven')}<").replace(">nine<", f">{alone('nine')}<")),
+    "report.pdf": (files.pdf_bytes(*files.PDF_PAGES), files.docx_blocks,
+                   lambda alone: [("Heading 1", alone("forty-two")), ("Normal", alone("three hundred and five.")),
+                                  ("Normal", alone("seven.")), ("Heading 2", alone("nine")), ("Normal", alone("eleven."))]),
 }
+# a PDF's translation is asked for as a Word document (the client sends output_format docx)
+OUTPUT = {"report.pdf": "de-report.docx"}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +75,7 @@ def translated(translator, tmp_path_factory):
     folder = tmp_path_factory.mktemp("documents")
 
     def translate(name: str):
-        source, out = folder / name, folder / f"de-{name}"
+        source, out = folder / name, folder / OUTPUT.get(name, f"de-{name}")
         source.write_bytes(FORMATS[name][0])
         status = translator.translate_document_from_filepath(source, out, source_lang="EN", target_lang="DE")
         return status, out.read_bytes()

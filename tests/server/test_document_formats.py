@@ -76,6 +76,26 @@ def test_an_epub_chapter_not_utf8_is_a_400(client):
     assert response.status_code == 400 and "not UTF-8" in response.json()["error"]["message"]
 
 
+def test_a_pdf_becomes_a_word_document_with_its_paragraphs_and_headings(client, alone):
+    response = post(client, "report.pdf", files.pdf_bytes(*files.PDF_PAGES))
+    assert response.status_code == 200, response.text
+    assert "report.translated.docx" in response.headers["content-disposition"]
+    assert files.docx_blocks(response.content) == [
+        ("Heading 1", alone("forty-two")), ("Normal", alone("three hundred and five.")), ("Normal", alone("seven.")),
+        ("Heading 2", alone("nine")), ("Normal", alone("eleven."))]
+
+
+@pytest.mark.parametrize("data, status, words", [
+    (files.pdf_bytes([], []), 400, "no text to translate: a scanned PDF"),
+    (files.pdf_bytes(*files.PDF_PAGES)[:300], 400, "not a valid .pdf file"),
+    (b"%!PS-Adobe-3.0", 400, "does not start with %PDF"),
+    (files.pdf_bomb(50_000_000), 400, "Limit reached while decompressing"),  # at max_file_expanded_bytes
+])
+def test_hostile_pdfs(client, data, status, words):
+    response = post(client, "evil.pdf", data)
+    assert response.status_code == status and words in response.json()["error"]["message"], response.text
+
+
 def test_xliff_12_fills_targets_keeping_inline_tags_and_native_code(client, alone):
     response = post(client, "app.xlf", files.XLIFF_12)
     assert response.status_code == 200, response.text
