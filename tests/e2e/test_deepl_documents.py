@@ -51,7 +51,8 @@ FORMATS = {
                   .replace(">seven<", f">{alone('seven')}<").replace(">nine<", f">{alone('nine')}<")),
     "report.pdf": (files.pdf_bytes(*files.PDF_PAGES), files.docx_blocks,
                    lambda alone: [("Heading 1", alone("forty-two")), ("Normal", alone("three hundred and five.")),
-                                  ("Normal", alone("seven.")), ("Heading 2", alone("nine")), ("Normal", alone("eleven."))]),
+                                  ("Normal", alone("seven.")), ("Heading 2", alone("nine")),
+                                  ("Normal", alone("eleven."))]),
 }
 # a PDF's translation is asked for as a Word document (the client sends output_format docx)
 OUTPUT = {"report.pdf": "de-report.docx"}
