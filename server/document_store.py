@@ -90,7 +90,7 @@ class DocumentStore:
     """One process's connection to the jobs' folder (created on first use): `jobs.sqlite` and each job's files."""
 
     def __init__(self, folder: str | Path, clock=time.time):
-        self.folder, self.clock = Path(folder), clock
+        self.folder, self.clock = Path(folder).resolve(), clock  # a later change of working directory moves nothing
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.folder / "jobs.sqlite", timeout=10.0, isolation_level=None,

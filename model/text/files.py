@@ -70,7 +70,7 @@ def _txt(text: str) -> ParsedFile:
         pieces[::2] = translations
         return "".join(pieces).encode("utf-8")
 
-    return ParsedFile(pieces[::2], "text", write, characters=len(text))
+    return ParsedFile(pieces[::2], "text", write, characters=sum(map(len, pieces[::2])))
 
 
 def _srt(text: str) -> ParsedFile:

@@ -26,6 +26,7 @@ from .access import Keys
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
+FINISHED_POLL_S = 0.1  # how often a request waiting for its job looks at it
 def output_suffix(suffix: str, asked: str | None) -> str:
     """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
     must name it, else a 400 says which it is."""
@@ -82,6 +83,13 @@ class DocumentJobs:
         if data is None:
             raise DocumentNotFound("Document not found", field="document_id")
         return data
+
+    async def finished(self, job_id: str, key: str, owner: str) -> Job:
+        """The job once it is done or failed, whichever process runs it (for APIs that answer a file when it is
+        translated, as LibreTranslate does; the client's hang-up cancels the wait)."""
+        while (job := self.owned(job_id, key, owner)).status not in ("done", "error"):
+            await asyncio.sleep(FINISHED_POLL_S)
+        return job
 
     def seconds_remaining(self, job: Job) -> int | None:
         return job.seconds_remaining(self.store.clock())

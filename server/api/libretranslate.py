@@ -175,8 +175,8 @@ async def detect(request: Request):
 
 @router.post("/translate_file", response_model=FileTranslated)
 async def translate_file(request: Request):
-    """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
-    is charged the characters of its text against the character quota."""
+    """A multipart `file` translated as a document job, answered when it is done (as LibreTranslate answers): a URL
+    to fetch it. The file is charged the characters of its text against the character quota."""
     state = served(request)
     naming(request, "file")
     params = await read_params(request)
@@ -193,10 +193,11 @@ async def translate_file(request: Request):
     source = None if dispatch.is_auto(form.source) else canonical(form.source)
 
     async def work():
-        parsed = await dispatch.read_document(state.provider, data, filename.suffix)
-        translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target),
-                                                   spending=state.keys.spending(caller, parsed.characters))
-        name = state.downloads.put(filename.name, translated)
+        handle = await state.jobs.submit(caller, data, filename.name, source, canonical(form.target))
+        job = await state.jobs.finished(*handle, caller)
+        if job.status == "error":
+            raise InvalidRequest(f"Invalid request: {job.error_message}", field="file")
+        name = state.downloads.put(job.download_name, await state.jobs.download(job))
         return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")
 
     return await until_disconnect(request, work())

@@ -53,7 +53,8 @@ def test_a_txt_job_queued_translated_fetched_once(client, alone):
     handle = response.json()
     assert set(handle) == {"document_id", "document_key"}
     done = finished(client, handle)
-    assert done == {"document_id": handle["document_id"], "status": "done", "billed_characters": len(text)}
+    billed = len("forty-two.") + len("seven hundred.")  # the paragraphs, not the blank line between them
+    assert done == {"document_id": handle["document_id"], "status": "done", "billed_characters": billed}
     fetched = result(client, handle)
     assert fetched.status_code == 200
     assert fetched.text == f"{alone('forty-two.')}\n\n{alone('seven hundred.')}"
