@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     output_suffix TEXT NOT NULL,        -- how the translation is written
     source_lang TEXT,                   -- NULL: detected
     target_lang TEXT NOT NULL,
+    model TEXT,                         -- NULL: the model the languages resolve to
     status TEXT NOT NULL,               -- queued | translating | done | error
     characters INTEGER NOT NULL,        -- the file's text: what is translated and billed
     characters_done INTEGER NOT NULL DEFAULT 0,
@@ -56,6 +57,7 @@ class Job:
     output_suffix: str
     source_lang: str | None
     target_lang: str
+    model: str | None
     status: str
     characters: int
     characters_done: int
@@ -106,16 +108,17 @@ class DocumentStore:
         return self.folder / f"{job_id}.{side}"
 
     def submit(self, owner: str, filename: str, suffix: str, output_suffix: str, source_lang: str | None,
-               target_lang: str, characters: int, data: bytes) -> tuple[str, str]:
+               target_lang: str, model: str | None, characters: int, data: bytes) -> tuple[str, str]:
         """A queued job for the file `data`: its (id, key). The file is written before the row exists, so a job
         that can be claimed always has its file."""
         job_id, key = secrets.token_hex(16).upper(), secrets.token_hex(32).upper()
         self.path(job_id, "in").write_bytes(data)
         with Transaction(self.db):
             self.db.execute("INSERT INTO jobs (id, key, owner, filename, suffix, output_suffix, source_lang, "
-                            "target_lang, status, characters, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+                            "target_lang, model, status, characters, created) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
                             (job_id, _hash(key), owner, filename, suffix, output_suffix, source_lang, target_lang,
-                             characters, self.clock()))
+                             model, characters, self.clock()))
         return job_id, key
 
     def find(self, job_id: str, key: str, owner: str) -> Job | None:

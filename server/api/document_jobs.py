@@ -52,15 +52,15 @@ class DocumentJobs:
         self.task: asyncio.Task | None = None
 
     async def submit(self, owner: str, data: bytes, filename: str, source_lang: str | None, target_lang: str,
-                     output_format: str | None = None) -> tuple[str, str]:
+                     output_format: str | None = None, model: str | None = None) -> tuple[str, str]:
         """A queued job's (id, key); the file is read now, so a damaged one or one over the job limits is refused
         before anything is stored."""
         suffix = PurePath(filename).suffix.lower()
-        written_as = output_suffix(suffix, output_format)
+        written = output_suffix(suffix, output_format)
         parsed = await dispatch.read_document(self.provider, data, suffix)
         dispatch.check_job(self.provider, parsed)
-        job = await asyncio.to_thread(self.store.submit, owner, filename, suffix, written_as, source_lang,
-                                      target_lang, parsed.characters, data)
+        job = await asyncio.to_thread(self.store.submit, owner, filename, suffix, written, source_lang,
+                                      target_lang, model, parsed.characters, data)
         self.submitted.set()
         return job
 
@@ -134,7 +134,7 @@ class DocumentJobs:
             data = await asyncio.to_thread(self.store.path(job.id, "in").read_bytes)
             parsed = await dispatch.read_document(self.provider, data, job.suffix)
             translated = await dispatch.translate_file(
-                self.provider, parsed, job.source_lang, job.target_lang,
+                self.provider, parsed, job.source_lang, job.target_lang, job.model,
                 spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
                 progress=progress)
             await asyncio.to_thread(self.store.finish, job.id, translated)

@@ -1,5 +1,5 @@
 """The native API's document jobs (the same jobs as DeepL's document routes): `POST /v1/documents` (multipart: file,
-target_lang, source_lang?, output_format?) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` →
+target_lang, source_lang?, output_format?, model?) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` →
 its status and progress; `GET /v1/documents/{id}/result` → the translated file, once. The document key travels in the
 `X-Document-Key` header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or
 caller, 503 `not_ready` before the file is done.
@@ -15,7 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..document_store import Job
-from ..errors import BadBody, InvalidRequest
+from ..errors import BadBody, InvalidRequest, UnknownModel
 from .deps import caller, served
 from .downloads import attachment
 from .served_languages import ServedLanguages
@@ -67,7 +67,9 @@ def form_text(form, name: str, max_length: int = 200) -> str | None:
 async def submit(request: Request):
     """A file queued for translation (.txt, .html, .srt, .docx, ...): poll its status, then fetch its result."""
     state = served(request)
-    upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format"))
+    upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model"))
+    if fields["model"] is not None and fields["model"] not in {info.id for info in state.provider.models()}:
+        raise UnknownModel(f"model {fields['model']!r} is not served", field="model")
     languages = ServedLanguages.of(state.provider)
     for side in ("source", "target"):
         code = fields[f"{side}_lang"]
@@ -76,7 +78,7 @@ async def submit(request: Request):
                                  field=f"{side}_lang")
     document_id, key = await state.jobs.submit(owner(request), await upload.read(),
                                                PurePath(upload.filename or "file").name, fields["source_lang"],
-                                               fields["target_lang"], fields["output_format"])
+                                               fields["target_lang"], fields["output_format"], fields["model"])
     return DocumentSubmitted(document_id=document_id, document_key=key)
 
 

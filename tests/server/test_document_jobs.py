@@ -142,8 +142,8 @@ def test_the_native_api_refuses_languages_not_served(client, form, field):
 def test_seconds_remaining_from_measured_progress():
     from server.document_store import Job
 
-    job = Job(*(["id", "owner", "a.txt", ".txt", ".txt", None, "de", "translating", 1000, 250, 1, None, 0.0, 100.0,
-                 None, None]))
+    job = Job(*(["id", "owner", "a.txt", ".txt", ".txt", None, "de", None, "translating", 1000, 250, 1, None, 0.0,
+                 100.0, None, None]))
     assert job.seconds_remaining(110.0) == 30  # 250 characters in 10 s: 750 more in 30 s
     assert Job(**{**job.__dict__, "characters_done": 0}).seconds_remaining(110.0) is None
 
@@ -151,7 +151,7 @@ def test_seconds_remaining_from_measured_progress():
 def test_a_job_whose_process_died_is_taken_over_then_ends_as_an_error(tmp_path):
     now = [1000.0]
     store = DocumentStore(tmp_path, clock=lambda: now[0])
-    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", 5, b"seven")
+    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, 5, b"seven")
     assert store.claim(stale_s=30, attempts=2).id == job_id
     assert store.claim(stale_s=30, attempts=2) is None  # running, its heartbeat fresh
     now[0] += 31
@@ -167,7 +167,7 @@ def test_a_job_whose_process_died_is_taken_over_then_ends_as_an_error(tmp_path):
 def test_finished_jobs_expire(tmp_path):
     now = [time.time()]
     store = DocumentStore(tmp_path, clock=lambda: now[0])
-    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", 5, b"seven")
+    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, 5, b"seven")
     store.claim(30, 2)
     store.finish(job_id, b"sieben")
     now[0] += 100
