@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..document_store import Job
 from ..errors import BadBody, InvalidRequest, UnknownModel
+from ..front import dispatch
 from .deps import caller, served
 from .downloads import attachment
 from .served_languages import ServedLanguages
@@ -70,6 +71,8 @@ async def submit(request: Request):
     upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model"))
     if fields["model"] is not None and fields["model"] not in {info.id for info in state.provider.models()}:
         raise UnknownModel(f"model {fields['model']!r} is not served", field="model")
+    if dispatch.is_auto(fields["source_lang"], detect_missing=False):
+        fields["source_lang"] = None  # the model's own source: a document's language is not detected
     languages = ServedLanguages.of(state.provider)
     for side in ("source", "target"):
         code = fields[f"{side}_lang"]
@@ -99,7 +102,8 @@ async def status(document_id: str, request: Request):
 
 async def result(document_id: str, request: Request):
     job = owned(request, document_id)
-    return attachment(await served(request).jobs.download(job), job.download_name)
+    written = PurePath(job.download_name)
+    return attachment(await served(request).jobs.download(job), f"{written.stem}.translated{written.suffix}")
 
 
 def add_routes(routes: APIRouter) -> None:

@@ -127,6 +127,7 @@ def test_the_native_api_runs_the_same_jobs(client, alone):
     assert status(client, handle).json()["status"] == "done"  # the same job, through DeepL's routes
     assert client.get(path, headers={**keyed, "X-Document-Key": "0"}).json()["error"]["code"] == "not_found"
     fetched = client.get(path + "/result", headers=keyed)
+    assert "a.translated.srt" in fetched.headers["content-disposition"]
     assert fetched.text == f"1\n00:00:01,000 --> 00:00:02,000\n{alone('seven')}\n"
     assert client.get(path + "/result", headers=keyed).status_code == 404
 
