@@ -1,12 +1,14 @@
 """DeepL's document API through real servers (python -m server --no-ray, demo model, an API key configured), with the
 official `deepl` client unchanged: translate_document_from_filepath for each format (run side by side: the client
-polls every 5 s), its status calls, DocumentNotReadyException and 404s; a job submitted to one server whose process
-is killed mid-translation, taken over and fetched through another sharing its store."""
+polls every 5 s), its status calls, DocumentNotReadyException and 404s; a job submitted to a second server whose
+process is killed mid-translation, taken over and fetched through the module's server, which shares its store."""
 
 import datetime
 import io
 import signal
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import deepl
 import docx
@@ -59,8 +61,16 @@ OUTPUT = {"report.pdf": "de-report.docx"}
 
 
 @pytest.fixture(scope="module")
-def url():
-    with running_server(*SERVER, env={"SERVER_API_KEYS": KEY}) as server:
+def store(tmp_path_factory) -> dict:
+    """The environment of servers sharing one key store and its document jobs; a job whose process gave no sign of
+    life for a second is taken over."""
+    folder = tmp_path_factory.mktemp("store")
+    return {"SERVER_API_KEYS": KEY, "SERVER_KEY_STORE": str(folder / "keys.sqlite"), "SERVER_JOB_STALE_S": "1"}
+
+
+@pytest.fixture(scope="module")
+def url(store):
+    with running_server(*SERVER, env=store) as server:
         yield server.url
 
 
@@ -126,8 +136,7 @@ def test_an_unsupported_format_is_a_deepl_error(translator, tmp_path):
     assert raised.value.http_status_code == 400 and "a.key" in str(raised.value)
 
 
-def test_a_job_whose_server_died_is_finished_and_fetched_through_another(tmp_path, alone):
-    store = {"SERVER_API_KEYS": KEY, "SERVER_KEY_STORE": str(tmp_path / "keys.sqlite"), "SERVER_JOB_STALE_S": "1"}
+def test_a_job_whose_server_died_is_taken_over_and_fetched_through_another(store, url, alone):
     lines = [f"{n} hundred and forty-two." for n in ("one", "two", "three", "four", "five", "six")] * 20
     # its engine in the server's process: a SIGKILL leaves nothing behind
     with running_server(*SERVER, "--max-batch-rows", "4", "--no-engine-process", env=store) as first:
@@ -140,9 +149,10 @@ def test_a_job_whose_server_died_is_finished_and_fetched_through_another(tmp_pat
         assert progress  # measured, mid-translation
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
-    with running_server(*SERVER, env=store) as second:
-        translator = deepl.Translator(KEY, server_url=second.url)
-        status = eventually(lambda: (s := translator.translate_document_get_status(handle)).done and s, 60)
-        assert status.done
-        each = {line: alone(line) for line in set(lines)}
-        assert translator.translate_document_download(handle).content.decode() == "\n\n".join(each[x] for x in lines)
+    translator = deepl.Translator(KEY, server_url=url)  # the module's server, sharing the store
+    status = eventually(lambda: (s := translator.translate_document_get_status(handle)).done and s, 60)
+    assert status.done
+    jobs = sqlite3.connect(Path(store["SERVER_KEY_STORE"]).parent / "documents" / "jobs.sqlite")
+    assert jobs.execute("SELECT attempts FROM jobs WHERE id = ?", (handle.document_id,)).fetchone() == (2,)
+    each = {line: alone(line) for line in set(lines)}
+    assert translator.translate_document_download(handle).content.decode() == "\n\n".join(each[x] for x in lines)
