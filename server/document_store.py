@@ -11,9 +11,12 @@ transaction under SQLite's write lock, so two processes never claim one job.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import secrets
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -88,11 +91,22 @@ def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def one_at_a_time(method):
+    """The store's method under its lock: its one connection serves one thread at a time (a transaction begun by
+    one thread never meets another's statements)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class DocumentStore:
     """One process's connection to the jobs' folder (created on first use): `jobs.sqlite` and each job's files."""
 
     def __init__(self, folder: str | Path, clock=time.time):
         self.folder, self.clock = Path(folder).resolve(), clock  # a later change of working directory moves nothing
+        self.lock = threading.Lock()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.folder / "jobs.sqlite", timeout=10.0, isolation_level=None,
@@ -107,6 +121,7 @@ class DocumentStore:
         """A job's upload (`side` "in") or translation ("out")."""
         return self.folder / f"{job_id}.{side}"
 
+    @one_at_a_time
     def submit(self, owner: str, filename: str, suffix: str, output_suffix: str, source_lang: str | None,
                target_lang: str, model: str | None, characters: int, data: bytes) -> tuple[str, str]:
         """A queued job for the file `data`: its (id, key). The file is written before the row exists, so a job
@@ -121,6 +136,7 @@ class DocumentStore:
                              model, characters, self.clock()))
         return job_id, key
 
+    @one_at_a_time
     def find(self, job_id: str, key: str, owner: str) -> Job | None:
         """The job with this id, key and owner; None when any of them differs (one answer for all: a wrong key
         tells nothing about the id)."""
@@ -128,6 +144,7 @@ class DocumentStore:
                               (job_id, _hash(key), owner)).fetchone()
         return Job(*row) if row else None
 
+    @one_at_a_time
     def claim(self, stale_s: float, attempts: int) -> Job | None:
         """The oldest job waiting (queued, or translating with a heartbeat older than `stale_s`), now translating
         here; a stale one already tried `attempts` times ends as error instead."""
@@ -144,10 +161,16 @@ class DocumentStore:
                 (now, now, now - stale_s)).fetchone()
         return Job(*row) if row else None
 
+    @one_at_a_time
+    def upload(self, job_id: str) -> bytes:
+        return self.path(job_id, "in").read_bytes()
+
+    @one_at_a_time
     def progress(self, job_id: str, characters_done: int) -> None:
         self.db.execute("UPDATE jobs SET characters_done = ?, heartbeat = ? WHERE id = ? AND status = 'translating'",
                         (characters_done, self.clock(), job_id))
 
+    @one_at_a_time
     def finish(self, job_id: str, translated: bytes) -> None:
         """The job done: its translation written, its upload dropped."""
         self.path(job_id, "out").write_bytes(translated)
@@ -155,16 +178,19 @@ class DocumentStore:
                         (self.clock(), job_id))
         self.path(job_id, "in").unlink(missing_ok=True)
 
+    @one_at_a_time
     def fail(self, job_id: str, message: str) -> None:
         self.db.execute("UPDATE jobs SET status = 'error', error_message = ?, finished = ? WHERE id = ?",
                         (message, self.clock(), job_id))
         self.path(job_id, "in").unlink(missing_ok=True)
 
+    @one_at_a_time
     def release(self, job_id: str) -> None:
         """A job this process stops running (it shuts down) queued again for another to take at once."""
         self.db.execute("UPDATE jobs SET status = 'queued', attempts = attempts - 1, characters_done = 0 "
                         "WHERE id = ? AND status = 'translating'", (job_id,))
 
+    @one_at_a_time
     def take(self, job: Job) -> bytes | None:
         """A done job's translation, the job deleted with it (as DeepL deletes a document once downloaded); None
         when another request took it first."""
@@ -176,6 +202,7 @@ class DocumentStore:
         out.unlink(missing_ok=True)
         return data
 
+    @one_at_a_time
     def expire(self, ttl_s: float) -> int:
         """Jobs finished more than `ttl_s` ago and never fetched, deleted with their files; how many."""
         with Transaction(self.db):
@@ -188,3 +215,14 @@ class DocumentStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+class LocalDocumentStore:
+    """The calls DocumentJobs makes of a DocumentStore, each in a thread (SQLite and files stay off the event loop);
+    runtime.cluster_document_store answers the same calls from a Ray cluster's head node."""
+
+    def __init__(self, store: DocumentStore):
+        self.store = store
+
+    async def call(self, method: str, *args):
+        return await asyncio.to_thread(getattr(self.store, method), *args)

@@ -13,14 +13,14 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..document_store import DocumentStore
+from ..document_store import DocumentStore, LocalDocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
 from ..key_store import KeyStore
 from ..settings import Settings
 from . import deepl, deepl_documents, libretranslate, native, openai, page
 from .deps import AppState, served
-from .document_jobs import DocumentJobs
+from .document_jobs import DocumentCalls, DocumentJobs
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .access import Keys
@@ -45,12 +45,15 @@ def installed_version() -> str:
         return "unknown"
 
 
-def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None) -> FastAPI:
-    """`key_store`: where the keys and their counts are (default: the file settings.key_store names)."""
+def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None,
+               document_store: DocumentCalls | None = None) -> FastAPI:
+    """`key_store`: where the keys and their counts are (default: the file settings.key_store names);
+    `document_store`: where the document jobs are (default: the folder settings.documents_path names)."""
     app = FastAPI(title=DISTRIBUTION, version=installed_version(),
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
     keys = Keys(settings, key_store or KeyStore(settings.key_store))
-    jobs = DocumentJobs(DocumentStore(settings.documents_path), provider, keys, settings)
+    documents = document_store or LocalDocumentStore(DocumentStore(settings.documents_path))
+    jobs = DocumentJobs(documents, provider, keys, settings)
     app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
                                 jobs)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)

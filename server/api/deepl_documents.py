@@ -70,7 +70,7 @@ async def owned_job(request: Request, document_id: str) -> Job:
     key = params.first("document_key")
     if not isinstance(key, str) or not key:
         raise InvalidRequest(missing("document_key"), field="document_key")
-    return served(request).jobs.owned(document_id, key, who)
+    return await served(request).jobs.owned(document_id, key, who)
 
 
 @router.post("/v2/document/{document_id}", response_model=DocumentStatus)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import PurePath
+from typing import Protocol
 
 from model import written_as
 
-from ..document_store import DocumentStore, Job
+from ..document_store import Job
 from ..errors import InvalidRequest, ServerError
 from ..front import ModelProvider, dispatch
 from ..settings import Settings
@@ -45,8 +47,15 @@ class DocumentNotReady(ServerError):
     status, code = 503, "not_ready"
 
 
+class DocumentCalls(Protocol):
+    """Where the jobs are: a DocumentStore's methods by name, awaited (document_store.LocalDocumentStore, or a Ray
+    cluster's head node: runtime.cluster_document_store)."""
+
+    async def call(self, method: str, *args): ...
+
+
 class DocumentJobs:
-    def __init__(self, store: DocumentStore, provider: ModelProvider, keys: Keys, settings: Settings):
+    def __init__(self, store: DocumentCalls, provider: ModelProvider, keys: Keys, settings: Settings):
         self.store, self.provider, self.keys, self.settings = store, provider, keys, settings
         self.submitted = asyncio.Event()  # a job submitted here: no need to wait for the next poll
         self.task: asyncio.Task | None = None
@@ -59,15 +68,15 @@ class DocumentJobs:
         written = output_suffix(suffix, output_format)
         parsed = await dispatch.read_document(self.provider, data, suffix)
         dispatch.check_job(self.provider, parsed)
-        job = await asyncio.to_thread(self.store.submit, owner, filename, suffix, written, source_lang,
-                                      target_lang, model, parsed.characters, data)
+        job = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
+                                    parsed.characters, data)
         self.submitted.set()
         return job
 
-    def owned(self, job_id: str, key: str, owner: str) -> Job:
+    async def owned(self, job_id: str, key: str, owner: str) -> Job:
         """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
         tells nothing about the id)."""
-        job = self.store.find(job_id, key, owner)
+        job = await self.store.call("find", job_id, key, owner)
         if job is None:
             raise DocumentNotFound("Document not found", field="document_id")
         return job
@@ -79,7 +88,7 @@ class DocumentJobs:
             raise DocumentNotFound(f"Document translation failed: {job.error_message}", field="document_id")
         if job.status != "done":
             raise DocumentNotReady("Document translation is not done", field="document_id")
-        data = await asyncio.to_thread(self.store.take, job)
+        data = await self.store.call("take", job)
         if data is None:
             raise DocumentNotFound("Document not found", field="document_id")
         return data
@@ -87,12 +96,12 @@ class DocumentJobs:
     async def finished(self, job_id: str, key: str, owner: str) -> Job:
         """The job once it is done or failed, whichever process runs it (for APIs that answer a file when it is
         translated, as LibreTranslate does; the client's hang-up cancels the wait)."""
-        while (job := self.owned(job_id, key, owner)).status not in ("done", "error"):
+        while (job := await self.owned(job_id, key, owner)).status not in ("done", "error"):
             await asyncio.sleep(FINISHED_POLL_S)
         return job
 
     def seconds_remaining(self, job: Job) -> int | None:
-        return job.seconds_remaining(self.store.clock())
+        return job.seconds_remaining(time.time())
 
     # ---- the runner -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,8 +115,8 @@ class DocumentJobs:
     async def _serve(self) -> None:
         while True:
             try:
-                self.store.expire(self.settings.job_ttl_s)
-                job = self.store.claim(self.settings.job_stale_s, self.settings.job_attempts)
+                await self.store.call("expire", self.settings.job_ttl_s)
+                job = await self.store.call("claim", self.settings.job_stale_s, self.settings.job_attempts)
             except Exception:  # a locked or full disk: the jobs wait, the runner lives on
                 log.exception("document store")
                 job = None
@@ -128,28 +137,28 @@ class DocumentJobs:
         async def progress(share: float) -> None:
             nonlocal done
             done = share
-            self.store.progress(job.id, round(share * job.characters))
+            await self.store.call("progress", job.id, round(share * job.characters))
 
         try:
-            data = await asyncio.to_thread(self.store.path(job.id, "in").read_bytes)
+            data = await self.store.call("upload", job.id)
             parsed = await dispatch.read_document(self.provider, data, job.suffix)
             translated = await dispatch.translate_file(
                 self.provider, parsed, job.source_lang, job.target_lang, job.model,
                 spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
                 progress=progress)
-            await asyncio.to_thread(self.store.finish, job.id, translated)
+            await self.store.call("finish", job.id, translated)
         except asyncio.CancelledError:
-            self.store.release(job.id)
+            await self.store.call("release", job.id)
             raise
         except ServerError as e:
-            self.store.fail(job.id, e.message)
+            await self.store.call("fail", job.id, e.message)
         except Exception as e:
             log.exception("document job %s", job.id)
-            self.store.fail(job.id, f"internal error: {type(e).__name__}")
+            await self.store.call("fail", job.id, f"internal error: {type(e).__name__}")
         finally:
             beating.cancel()
 
     async def _beat(self, job: Job, done) -> None:
         while True:
             await asyncio.sleep(self.settings.job_stale_s / 3)
-            self.store.progress(job.id, round(done() * job.characters))
+            await self.store.call("progress", job.id, round(done() * job.characters))

@@ -85,15 +85,15 @@ async def submit(request: Request):
     return DocumentSubmitted(document_id=document_id, document_key=key)
 
 
-def owned(request: Request, document_id: str) -> Job:
+async def owned(request: Request, document_id: str) -> Job:
     key = request.headers.get(KEY_HEADER)
     if not key:
         raise InvalidRequest(f"the document key is required in the {KEY_HEADER} header", field=KEY_HEADER)
-    return served(request).jobs.owned(document_id, key, owner(request))
+    return await served(request).jobs.owned(document_id, key, owner(request))
 
 
 async def status(document_id: str, request: Request):
-    job = owned(request, document_id)
+    job = await owned(request, document_id)
     return DocumentProgress(document_id=job.id, filename=job.filename, status=job.status, characters=job.characters,
                             progress=job.characters_done / job.characters if job.characters else 1.0,
                             seconds_remaining=served(request).jobs.seconds_remaining(job),
@@ -101,7 +101,7 @@ async def status(document_id: str, request: Request):
 
 
 async def result(document_id: str, request: Request):
-    job = owned(request, document_id)
+    job = await owned(request, document_id)
     written = PurePath(job.download_name)
     return attachment(await served(request).jobs.download(job), f"{written.stem}.translated{written.suffix}")
 
