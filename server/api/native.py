@@ -74,13 +74,6 @@ def model_card(info: ModelInfo, created: int) -> ModelCard:
                            max_generate_chars=info.max_generate_chars))
 
 
-FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary", "description": ".txt, .html, .srt or .docx"},
-                   "source_lang": {"type": "string", "maxLength": 32},
-                   "target_lang": {"type": "string", "maxLength": 32},
-                   "model": {"type": "string", "maxLength": 200}}}}}}}
-
 
 async def translate(body: TranslateRequest, request: Request):
     state = served(request)
@@ -95,7 +88,7 @@ async def translate(body: TranslateRequest, request: Request):
 
 
 async def translate_file(request: Request):
-    """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
+    """A document (multipart `file`) → the same document translated, in this request."""
     state = served(request)
     naming(request, "file")
     upload, fields = await native_documents.file_form(request, ("source_lang", "target_lang", "model"))
@@ -172,7 +165,8 @@ def router(state: AppState) -> APIRouter:
     routes.add_api_route("/v1/translate", with_body(translate, TranslateBody), methods=["POST"],
                          response_model=TranslateResponse, response_model_exclude_none=True)
     routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
-                         openapi_extra=FILE_FORM, responses={200: {"content": {"application/octet-stream": {}}}})
+                         openapi_extra=native_documents.form_schema("source_lang", "target_lang", "model"),
+                         responses={200: {"content": {"application/octet-stream": {}}}})
     native_documents.add_routes(routes)
     routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})

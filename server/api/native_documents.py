@@ -1,7 +1,7 @@
-"""The native API's document jobs (the same jobs as DeepL's document routes): `POST /v1/documents` (multipart: file,
-target_lang, source_lang?, output_format?, model?) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` →
-its status and progress; `GET /v1/documents/{id}/result` → the translated file, once. The document key travels in the
-`X-Document-Key` header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or
+"""The native API's document jobs (the same jobs as DeepL's document routes): `POST /v1/documents` (multipart:
+file, target_lang, source_lang?, output_format?, model?) → 202 `{document_id, document_key, status}`;
+`GET /v1/documents/{id}` → its status and progress; `GET /v1/documents/{id}/result` → the translated file, once.
+The document key travels in the `X-Document-Key` header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or
 caller, 503 `not_ready` before the file is done.
 """
 
@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from model import SUFFIXES
+
 from ..document_store import Job
 from ..errors import BadBody, InvalidRequest, UnknownModel
 from ..front import dispatch
@@ -22,6 +24,7 @@ from .downloads import attachment
 from .served_languages import ServedLanguages
 
 KEY_HEADER = "x-document-key"
+FIELD_LENGTH = 200  # characters of a form's text field (languages, a model's name)
 
 
 class DocumentSubmitted(BaseModel):
@@ -58,7 +61,16 @@ async def file_form(request: Request, names: tuple[str, ...]) -> tuple[UploadFil
     return upload, {name: form_text(form, name) for name in names}
 
 
-def form_text(form, name: str, max_length: int = 200) -> str | None:
+def form_schema(*names: str) -> dict:
+    """The OpenAPI description of a multipart form: `file` and the text fields `names`."""
+    fields = {name: {"type": "string", "maxLength": FIELD_LENGTH} for name in names}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary", "description": ", ".join(SUFFIXES)},
+                       **fields}}}}}}
+
+
+def form_text(form, name: str, max_length: int = FIELD_LENGTH) -> str | None:
     value = form.get(name)
     if value is not None and (not isinstance(value, str) or len(value) > max_length):
         raise InvalidRequest(f"{name}: a text of at most {max_length} characters", field=name, limit=max_length)
@@ -108,7 +120,8 @@ async def result(document_id: str, request: Request):
 
 def add_routes(routes: APIRouter) -> None:
     routes.add_api_route("/v1/documents", submit, methods=["POST"], status_code=202,
-                         response_model=DocumentSubmitted)
+                         response_model=DocumentSubmitted,
+                         openapi_extra=form_schema("source_lang", "target_lang", "model", "output_format"))
     routes.add_api_route("/v1/documents/{document_id}", status, methods=["GET"], response_model=DocumentProgress,
                          response_model_exclude_none=True)
     routes.add_api_route("/v1/documents/{document_id}/result", result, methods=["GET"],
