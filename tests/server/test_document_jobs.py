@@ -14,7 +14,7 @@ from server.document_store import DocumentStore
 from server.settings import Settings
 
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000, max_request_chars=2_000,
-                    max_job_chars=6_000, job_chunk_chars=100, api_keys=("key-a", "key-b"))
+                    max_request_units=20, max_job_chars=6_000, job_chunk_chars=100, api_keys=("key-a", "key-b"))
 A = {"Authorization": "DeepL-Auth-Key key-a"}
 B = {"Authorization": "DeepL-Auth-Key key-b"}
 
@@ -91,6 +91,24 @@ def test_a_long_job_runs_in_chunks_and_its_result_waits(client, alone):
     eventually(lambda: seen.add(status(client, handle).json()["status"]) or "done" in seen, 60)
     assert "translating" in seen
     assert result(client, handle).text == "\n\n".join(alone(line) for line in lines)
+
+
+def test_a_job_that_fails_says_why(client):
+    handle = upload(client, "short.txt", b"seven. " * 30).json()  # 30 sentences in one paragraph: found as it runs
+    failed = finished(client, handle)
+    assert failed["status"] == "error"
+    assert failed["error_message"] == "the request has 30 sentences to translate; at most 20"
+    assert "seconds_remaining" not in failed and "billed_characters" not in failed
+    fetched = result(client, handle)
+    assert fetched.status_code == 404 and "Document translation failed" in fetched.json()["message"]
+
+
+def test_chunks_hold_consecutive_texts_within_the_limit():
+    from server.front.dispatch import chunks
+
+    assert chunks(["ab", "cd", "efgh", "i", ""], 4) == [range(0, 2), range(2, 3), range(3, 5)]
+    assert chunks(["abcdef", "g"], 4) == [range(0, 1), range(1, 2)]  # a longer text alone
+    assert chunks([], 4) == []
 
 
 @pytest.mark.parametrize("name, data, form, message", [
