@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
 FINISHED_POLL_S = 0.1  # how often a request waiting for its job looks at it
+
+
 def output_suffix(suffix: str, asked: str | None) -> str:
     """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
     must name it, else a 400 says which it is."""
@@ -68,10 +70,10 @@ class DocumentJobs:
         written = output_suffix(suffix, output_format)
         parsed = await dispatch.read_document(self.provider, data, suffix)
         dispatch.check_job(self.provider, parsed)
-        job = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
-                                    parsed.characters, data)
+        handle = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
+                                       parsed.characters, data)
         self.submitted.set()
-        return job
+        return handle
 
     async def owned(self, job_id: str, key: str, owner: str) -> Job:
         """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
@@ -114,15 +116,14 @@ class DocumentJobs:
 
     async def _serve(self) -> None:
         while True:
-            try:
+            try:  # a locked or full disk: the jobs wait (a claimed one is taken over), the runner lives on
                 await self.store.call("expire", self.settings.job_ttl_s)
                 job = await self.store.call("claim", self.settings.job_stale_s, self.settings.job_attempts)
-            except Exception:  # a locked or full disk: the jobs wait, the runner lives on
+                if job is not None:
+                    await self._run(job)
+                    continue
+            except Exception:
                 log.exception("document store")
-                job = None
-            if job is not None:
-                await self._run(job)
-                continue
             self.submitted.clear()
             try:
                 async with asyncio.timeout(POLL_S):
