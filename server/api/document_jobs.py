@@ -118,7 +118,7 @@ class DocumentJobs:
         while True:
             try:  # a locked or full disk: the jobs wait (a claimed one is taken over), the runner lives on
                 await self.store.call("expire", self.settings.job_ttl_s)
-                job = await self.store.call("claim", self.settings.job_stale_s, self.settings.job_attempts)
+                job = await self._claim()
                 if job is not None:
                     await self._run(job)
                     continue
@@ -130,6 +130,19 @@ class DocumentJobs:
                     await self.submitted.wait()
             except TimeoutError:
                 pass
+
+    async def _claim(self) -> Job | None:
+        """The next job, now this process's. A claim's statement runs to its end in its thread: a shutdown meeting it
+        queues what it took again."""
+        claiming = asyncio.ensure_future(self.store.call("claim", self.settings.job_stale_s,
+                                                         self.settings.job_attempts))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            job = await claiming
+            if job is not None:
+                await self.store.call("release", job.id)
+            raise
 
     async def _run(self, job: Job) -> None:
         done = 0.0

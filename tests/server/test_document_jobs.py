@@ -192,3 +192,42 @@ def test_finished_jobs_expire(tmp_path):
     now[0] += 100
     assert store.expire(ttl_s=60) == 1
     assert store.find(job_id, key, "me") is None and not list(tmp_path.glob(f"{job_id}.*"))
+
+
+def test_a_server_shutting_down_queues_its_job_again(tmp_path):
+    """A runner stopped mid-job (the app's shutdown) leaves it queued, its attempt not counted, for the next
+    process to take at once."""
+    import asyncio
+
+    from server.api.access import Keys
+    from server.api.document_jobs import DocumentJobs
+    from server.document_store import LocalDocumentStore
+    from server.key_store import KeyStore
+
+    class Stuck:  # a model that never finishes translating
+        async def translate(self, job):
+            await asyncio.Event().wait()
+
+    class Provider:
+        settings = Settings(dtype="float32")
+
+        async def get(self, model, source_lang, target_lang):
+            return Stuck()
+
+    async def scenario():
+        store = DocumentStore(tmp_path / "documents")
+        jobs = DocumentJobs(LocalDocumentStore(store), Provider(), Keys(Provider.settings,
+                                                                        KeyStore(tmp_path / "k.sqlite")),
+                            Provider.settings)
+        jobs.start()
+        job_id, key = await jobs.submit("me", b"seven", "a.txt", None, "de")
+        for _ in range(100):
+            if store.find(job_id, key, "me").status == "translating":
+                break
+            await asyncio.sleep(0.02)
+        assert store.find(job_id, key, "me").status == "translating"
+        await jobs.stop()
+        return store.find(job_id, key, "me")
+
+    job = asyncio.run(scenario())
+    assert (job.status, job.attempts) == ("queued", 0)
