@@ -40,12 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
+    from .document_store import DocumentStore, DocumentStoreError
     from .key_store import KeyStore, KeyStoreError
 
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))  # one file for every process
-    try:
-        KeyStore(settings.key_store).close()  # created on first use; a damaged or read-only file stops us here
-    except KeyStoreError as e:
+    try:  # created on first use; a damaged or read-only store stops us here
+        KeyStore(settings.key_store).close()
+        DocumentStore(settings.documents_path).close()
+    except (KeyStoreError, DocumentStoreError) as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
     from model import CheckpointError, resolve_placement

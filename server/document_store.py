@@ -114,8 +114,13 @@ class DocumentStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            columns = [row[1] for row in self.db.execute("PRAGMA table_info(jobs)")]
         except (sqlite3.Error, OSError) as e:
-            raise DocumentStoreError(f"document store {self.folder}: {e}") from None
+            raise DocumentStoreError(f"document store {self.folder}: {e} (fix its permissions, or move the folder "
+                                     f"away to start an empty store)") from None
+        if set(columns) != set(COLUMNS.split(", ")) | {"key"}:
+            raise DocumentStoreError(f"document store {self.folder}: its jobs table has the columns {columns}, of "
+                                     f"another version (move the folder away to start an empty store)")
 
     def path(self, job_id: str, side: str) -> Path:
         """A job's upload (`side` "in") or translation ("out")."""
