@@ -1,7 +1,7 @@
 """The key store of a Ray cluster: the head node's file is the one source of truth for every replica's counts.
 
 A replica on the head node opens that file itself (SQLite keeps counts exact across a node's processes). A replica
-on any other node cannot see it, so it reaches it through KeyStoreActor: one named, detached actor on the head node
+on any other node cannot see it, so it reaches it through a StoreActor: one named, detached actor on the head node
 holding a connection to the same file, one round trip per store call. Head-node replicas and the actor write the
 same file under SQLite's lock, so a key limited to N requests a minute gets N across all nodes, and its usage
 survives the cluster as it survives a restart. A request's counts are awaited, so the replica's event loop serves
@@ -11,7 +11,7 @@ other requests during the round trips.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -21,18 +21,28 @@ HEAD_RESOURCE = "node:__internal_head__"  # every Ray head node has it: pins the
 NAMESPACE = "seq2seq-serve"
 
 
-class KeyStoreActor:
-    """A KeyStore on the head node, called by replicas elsewhere (one call at a time: one connection)."""
+class StoreActor:
+    """A store on the head node (`open_store(path)`: a KeyStore, a DocumentStore), called by replicas elsewhere (one
+    call at a time: one connection)."""
 
-    def __init__(self, path: str):
-        self.store = KeyStore(path)
+    def __init__(self, open_store: Callable[[str], Any], path: str):
+        self.store = open_store(path)
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.store, method)(*args)
 
 
+def head_node_actor(kind: str, open_store: Callable[[str], Any], path: str):
+    """The StoreActor of `kind` for `path` (made by the first replica that needs it; named by the path, so another
+    file gets an actor of its own)."""
+    name = f"{kind}-" + hashlib.sha256(path.encode()).hexdigest()[:16]
+    return ray.remote(StoreActor).options(
+        name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", num_cpus=0,
+        resources={HEAD_RESOURCE: 0.001}).remote(open_store, path)
+
+
 class RemoteKeyStore:
-    """The calls Keys makes of a KeyStore, answered by the head node's KeyStoreActor: the counts of each request
+    """The calls Keys makes of a KeyStore, answered by the head node's StoreActor: the counts of each request
     awaited (a round trip), the keys at start and at each refresh (every few seconds) fetched at once."""
 
     def __init__(self, actor):
@@ -70,8 +80,4 @@ def cluster_key_store(path: str) -> KeyStore | RemoteKeyStore:
     by the first replica that needs it; named by the path, so another store file gets an actor of its own)."""
     if on_head_node():
         return KeyStore(path)
-    name = "key-store-" + hashlib.sha256(path.encode()).hexdigest()[:16]
-    actor = ray.remote(KeyStoreActor).options(
-        name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", num_cpus=0,
-        resources={HEAD_RESOURCE: 0.001}).remote(path)
-    return RemoteKeyStore(actor)
+    return RemoteKeyStore(head_node_actor("key-store", KeyStore, path))
