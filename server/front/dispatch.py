@@ -191,7 +191,7 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
 
 
 async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> ParsedFile:
-    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) read off the event loop. A damaged or
+    """A document file (any of model.SUFFIXES, the kind from `suffix`) read off the event loop. A damaged or
     unsupported file is a 400 naming the problem, one that would inflate past a limit a 413 naming it."""
     settings = provider.settings
     try:
