@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ class Settings:
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
     max_request_units: int = 2_000  # sentences (and pieces of over-long ones) one request translates; more is refused
     max_word_pieces: int = 8  # pieces one word without spaces may be cut into to fit max_input_tokens; more is refused
-    max_file_expanded_bytes: int = 4_000_000  # uncompressed bytes of a .docx's zip entries, read before inflating
-    max_file_ratio: int = 100  # how many times its compressed size one .docx zip entry may inflate
+    max_file_expanded_bytes: int = 4_000_000  # uncompressed bytes of a packaged file's zip entries (read before
+    # inflating), of a PDF's streams each
+    max_file_ratio: int = 100  # how many times its compressed size one zip entry of a packaged file may inflate
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
     document_dir: str = "documents"  # document jobs' files and their SQLite state; relative: beside the key store
@@ -59,6 +60,9 @@ class Settings:
     def __post_init__(self):
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        for name in ("job_chunk_chars", "job_attempts", "job_stale_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be above 0, got {getattr(self, name)}")
         if not 0 < self.max_request_share <= 1:
             raise ValueError(f"max_request_share is a share of the batch rows: above 0, at most 1; got "
                              f"{self.max_request_share}")
