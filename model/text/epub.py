@@ -1,6 +1,8 @@
 """EPUB e-books: each XHTML document the package's manifest lists (chapters, the table of contents; found through
-META-INF/container.xml) one HTML text, translated through the HTML path (block elements cut sentences, inline ones stay marks, `<script>`/`<style>` untouched); every other
-entry (the package document, styles, images, fonts) copied as it was, the `mimetype` first and stored."""
+META-INF/container.xml) translated through the HTML path (block elements cut sentences, inline ones stay marks,
+`<script>`/`<style>` untouched), in parts cut before its block elements (markup.block_parts), so a long chapter goes
+in parts; every other entry (the package document, styles, images, fonts) copied as it was, the `mimetype` first and
+stored."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from lxml import etree
 
 from .archive import open_archive, read_entry, rewrite
 from .elements import parser
-from .markup import MarkupError, text_content
+from .markup import MarkupError, block_parts, text_content
 from .parsed import FileError, ParsedFile, reading
 
 CONTAINER = "META-INF/container.xml"
@@ -20,21 +22,25 @@ CONTAINER = "META-INF/container.xml"
 def epub(data: bytes, suffix: str, max_expanded_bytes: int, max_ratio: int) -> ParsedFile:
     archive = open_archive(data, suffix, max_expanded_bytes, max_ratio)
     names = _xhtml_documents(archive, suffix)
-    texts, characters = [], 0
+    parts, characters = [], 0  # each document's parts (markup.block_parts)
     for name in names:
         try:
             text = read_entry(archive, name, suffix).decode("utf-8-sig")
             characters += len(text_content(text, "html"))
+            parts.append(block_parts(text))
         except UnicodeDecodeError as e:
             raise FileError(f"not a valid {suffix} file: {name} is not UTF-8 (byte {e.start})") from None
         except MarkupError as e:
             raise FileError(f"not a valid {suffix} file: {name}: {e}") from None
-        texts.append(text)
 
     def write(translations: list[str]) -> bytes:
-        return rewrite(archive, {name: text.encode("utf-8") for name, text in zip(names, translations)})
+        translated, start = {}, 0
+        for name, its in zip(names, parts):
+            translated[name] = "".join(translations[start:start + len(its)]).encode("utf-8")
+            start += len(its)
+        return rewrite(archive, translated)
 
-    return ParsedFile(texts, "html", write, characters=characters)
+    return ParsedFile([part for its in parts for part in its], "html", write, characters=characters)
 
 
 def _xhtml_documents(archive, suffix: str) -> list[str]:

@@ -3,7 +3,7 @@
     parsed = read_file(data, ".docx")
     output = parsed.write(translate(parsed.texts, parsed.format, parsed.non_splitting_tags))
 
-`.txt` is one plain text per paragraph; `.html`/`.htm` one HTML text; `.srt` one plain text per cue (cue numbers and
+`.txt` is one plain text per paragraph; `.html`/`.htm` HTML texts, cut before block elements; `.srt` one plain text per cue (cue numbers and
 timings are not translated). The packaged formats (zip archives of XML: office.py) are checked before anything is
 inflated (archive.py): a file that would inflate past `max_expanded_bytes`, or an entry past `max_ratio` times its
 compressed size, is too large (FileTooLarge); entry names leaving the archive, XML declaring a DTD, and anything its
@@ -16,7 +16,7 @@ import re
 
 from . import office
 from .epub import epub
-from .markup import MarkupError, text_content
+from .markup import MarkupError, block_parts, text_content
 from .opendocument import opendocument
 from .parsed import FileError, ParsedFile
 from .pdf import pdf
@@ -52,13 +52,13 @@ def read_file(data: bytes, suffix: str, max_expanded_bytes: int = 4_000_000, max
     if suffix == ".txt":
         return _txt(text)
     try:
-        return ParsedFile([text], "html", _utf8, characters=len(text_content(text, "html")))
+        return ParsedFile(block_parts(text), "html", _joined, characters=len(text_content(text, "html")))
     except MarkupError as e:
         raise FileError(f"the {suffix} file's markup: {e}") from None
 
 
-def _utf8(translations: list[str]) -> bytes:
-    return translations[0].encode("utf-8")
+def _joined(translations: list[str]) -> bytes:
+    return "".join(translations).encode("utf-8")
 
 
 def _txt(text: str) -> ParsedFile:

@@ -10,6 +10,7 @@ import pytest
 from hostile_files import docx_bytes
 from server_process import eventually, in_process_client
 
+from model import text_content
 from server.document_store import DocumentStore
 from server.settings import Settings
 
@@ -72,6 +73,20 @@ def test_a_docx_job_keeps_paragraphs(client, alone):
     assert finished(client, handle)["status"] == "done"
     out = docx.Document(io.BytesIO(result(client, handle).content))
     assert [p.text for p in out.paragraphs] == [alone("forty-two"), alone("seven")]
+
+
+def test_a_long_html_page_goes_in_parts(client, alone):
+    """A page longer than a request may be (max_request_chars 2,000), cut before its block elements."""
+    numbers = ["forty-two", "seven", "nine", "eleven"] * 60
+    page = "<html><body>" + "".join(f"<p>{n} <b>{n}</b>.</p>\n" for n in numbers) + "</body></html>"
+    assert len(page) > SETTINGS.max_request_chars
+    handle = upload(client, "long.html", page.encode()).json()
+    assert finished(client, handle)["status"] == "done"
+    translated = result(client, handle).text
+    assert translated.startswith("<html><body><p>") and translated.count("<b>") == len(numbers)
+    assert translated.count("</p>\n") == len(numbers) and translated.endswith("</body></html>")
+    each = {n: alone(f"{n} {n}.") for n in set(numbers)}  # each sentence as it translates alone, tags aside
+    assert [text_content(p, "html") for p in translated.split("</p>\n")[:-1]] == [each[n] for n in numbers]
 
 
 def test_a_job_is_its_callers_and_its_keys(client):
