@@ -70,7 +70,7 @@ def store(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def url(store):
-    with running_server(*SERVER, env=store) as server:
+    with running_server(*SERVER, env=store, timeout=120) as server:
         yield server.url
 
 
@@ -139,7 +139,7 @@ def test_an_unsupported_format_is_a_deepl_error(translator, tmp_path):
 def test_a_job_whose_server_died_is_taken_over_and_fetched_through_another(store, url, alone):
     lines = [f"{n} hundred and forty-two." for n in ("one", "two", "three", "four", "five", "six")] * 20
     # its engine in the server's process: a SIGKILL leaves nothing behind
-    with running_server(*SERVER, "--max-batch-rows", "4", "--no-engine-process", env=store) as first:
+    with running_server(*SERVER, "--max-batch-rows", "4", "--no-engine-process", env=store, timeout=120) as first:
         handle = deepl.Translator(KEY, server_url=first.url).translate_document_upload(
             "\n\n".join(lines).encode(), filename="long.txt", target_lang="DE")
         poll = {"document_key": handle.document_key}
