@@ -199,11 +199,14 @@ class DocumentStore:
     def take(self, job: Job) -> bytes | None:
         """A done job's translation, the job deleted with it (as DeepL deletes a document once downloaded); None
         when another request took it first."""
+        out = self.path(job.id, "out")
         with Transaction(self.db):
             if not self.db.execute("DELETE FROM jobs WHERE id = ? AND status = 'done'", (job.id,)).rowcount:
                 return None
-        out = self.path(job.id, "out")
-        data = out.read_bytes()
+            try:
+                data = out.read_bytes()
+            except FileNotFoundError:  # removed from the folder by hand: the job goes, with nothing to give
+                return None
         out.unlink(missing_ok=True)
         return data
 
