@@ -3,11 +3,13 @@
     parsed = read_file(data, ".docx")
     output = parsed.write(translate(parsed.texts, parsed.format, parsed.non_splitting_tags))
 
-`.txt` is one plain text per paragraph; `.html`/`.htm` HTML texts, cut before block elements; `.srt` one plain text per cue (cue numbers and
-timings are not translated). The packaged formats (zip archives of XML: office.py) are checked before anything is
-inflated (archive.py): a file that would inflate past `max_expanded_bytes`, or an entry past `max_ratio` times its
-compressed size, is too large (FileTooLarge); entry names leaving the archive, XML declaring a DTD, and anything its
-library cannot read make it damaged (FileError).
+`.txt` is one plain text per paragraph; `.html`/`.htm` HTML texts, cut before block elements; `.srt` one plain text
+per cue (cue numbers and timings are not translated); `.xlf`/`.xliff` one XML text per source (xliff.py). The
+packaged formats (office.py, opendocument.py, epub.py: zip archives of XML) are checked before anything is inflated
+(archive.py): a file that would inflate past `max_expanded_bytes`, or an entry past `max_ratio` times its compressed
+size, is too large (FileTooLarge); entry names leaving the archive, XML declaring a DTD, and anything its library
+cannot read make it damaged (FileError). A `.pdf` (pdf.py) is read within the same byte limit and written as a
+`.docx` (written_as).
 """
 
 from __future__ import annotations
