@@ -18,7 +18,7 @@ from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
 from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, Documents, FileError, FileTooLarge, MarkupError,
-                   ParsedFile, WordTooLong, detect_language, detectable, prepare, read_file, text_content)
+                   ParsedFile, WordTooLong, detect_language, detectable, prepare, read_file, text_content, written_as)
 from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
@@ -27,4 +27,5 @@ __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder
            "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
            "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
            "iso_code", "keep_freed_memory", "load", "match_language", "native_bfloat16", "new_tokens_within", "prepare",
-           "read_file", "resolve_dtype", "resolve_placement", "term_constraints", "term_ids", "text_content", "word_alignments"]
+           "read_file", "resolve_dtype", "resolve_placement", "term_constraints", "term_ids", "text_content",
+           "word_alignments", "written_as"]

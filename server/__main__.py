@@ -40,14 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"python -m server: cannot serve on {settings.host}:{settings.port}: {e.strerror}", file=sys.stderr)
         return 1
+    from .document_store import DocumentStore
     from .glossary_store import GlossaryStore
     from .key_store import KeyStore
     from .sqlite_file import StoreError
 
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))  # one file for every process
-    try:
-        for store in (KeyStore, GlossaryStore):  # created on first use; a damaged or read-only file stops us here
-            store(settings.key_store).close()
+    try:  # created on first use; a damaged or read-only store stops us here
+        for store, path in ((KeyStore, settings.key_store), (GlossaryStore, settings.key_store),
+                            (DocumentStore, settings.documents_path)):
+            store(path).close()
     except StoreError as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -42,22 +43,36 @@ class Settings:
     max_request_chars: int = 50_000  # characters in one LibreTranslate / DeepL request (LibreTranslate's charLimit)
     max_request_units: int = 2_000  # sentences (and pieces of over-long ones) one request translates; more is refused
     max_word_pieces: int = 8  # pieces one word without spaces may be cut into to fit max_input_tokens; more is refused
-    max_file_expanded_bytes: int = 4_000_000  # uncompressed bytes of a .docx's zip entries, read before inflating
-    max_file_ratio: int = 100  # how many times its compressed size one .docx zip entry may inflate
+    max_file_expanded_bytes: int = 4_000_000  # uncompressed bytes of a packaged file's zip entries (read before
+    # inflating), of a PDF's streams each
+    max_file_ratio: int = 100  # how many times its compressed size one zip entry of a packaged file may inflate
     max_downloads: int = 32  # translated files kept for LibreTranslate's /download_file (oldest dropped)
     download_ttl_s: float = 600.0  # how long a translated file stays there
     max_glossaries: int = 1_000  # glossaries per API key (in all on a server without keys): DeepL's limit
     max_glossary_bytes: int = 10 * 1024 * 1024  # UTF-8 bytes of a glossary's entries (TSV, all dictionaries)
     max_glossary_term_bytes: int = 1_024  # UTF-8 bytes of one glossary term: DeepL's limit
+    document_dir: str = "documents"  # document jobs' files and their SQLite state; relative: beside the key store
+    max_job_chars: int = 1_000_000  # characters of one document job's text (its chunks each within the request limits)
+    job_chunk_chars: int = 2_000  # characters a document job translates per request to the engine (its progress step)
+    job_ttl_s: float = 3600.0  # how long a finished document job waits to be downloaded
+    job_stale_s: float = 30.0  # a translating job whose process gave no sign of life for this long is taken over
+    job_attempts: int = 2  # times a job is started before a job whose process keeps dying ends as an error
     max_models_per_replica: int = 4  # Ray Serve: models one replica holds at once (least recently used evicted)
     ui: bool = True  # the web page at / (server/api/ui); --no-ui leaves / a 404
 
     def __post_init__(self):
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        for name in ("job_chunk_chars", "job_attempts", "job_stale_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be above 0, got {getattr(self, name)}")
         if not 0 < self.max_request_share <= 1:
             raise ValueError(f"max_request_share is a share of the batch rows: above 0, at most 1; got "
                              f"{self.max_request_share}")
+
+    @property
+    def documents_path(self) -> Path:
+        return Path(self.key_store).parent / self.document_dir
 
     @property
     def beam_limit(self) -> int:

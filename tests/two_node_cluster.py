@@ -61,7 +61,8 @@ def main() -> None:
             print(f"limited key's characters: {json.load(response)['character_count']}", flush=True)
         holding = [pid for pid in replicas.values() if holds(pid, store)]
         print(f"replicas holding the key store file: {len(holding)} of {len(replicas)}", flush=True)
-        actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
+        actors = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["namespace"] == NAMESPACE and a["name"].startswith("KeyStore-")]
         print(f"key store actors: {len(actors)}", flush=True)
         serve.shutdown()
     finally:

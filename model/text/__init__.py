@@ -3,10 +3,11 @@ segmentation, markup and document files."""
 
 from .detect import detect_language, detectable
 from .document import Document, Documents, prepare, translate_texts
-from .files import SUFFIXES, FileError, FileTooLarge, ParsedFile, read_file
+from .files import SUFFIXES, read_file, written_as
+from .parsed import FileError, FileTooLarge, ParsedFile
 from .markup import FORMATS, MarkupError, text_content
 from .segment import SPLIT_MODES, WordTooLong
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "Document", "Documents", "FileError", "FileTooLarge", "MarkupError",
            "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
-           "translate_texts"]
+           "translate_texts", "written_as"]

@@ -196,6 +196,21 @@ def parts(document: str, markup: str, ignore_tags=(), non_splitting_tags=(), spl
     return [p for p in out + [run] if not isinstance(p, Run) or p.text or p.marks]
 
 
+def block_parts(document: str) -> list[str]:
+    """An HTML document cut before its block elements' tags, where no inline element is open: parts that translate
+    as the whole does (a block tag ends a run of text anyway), so a long page goes in parts of any size."""
+    parts, current, inline_open = [], "", 0
+    for piece in pieces(document, "html"):
+        inline = piece.tag in INLINE_HTML
+        if piece.kind in ("open", "empty") and not inline and not inline_open and current:
+            parts.append(current)
+            current = ""
+        if inline and piece.tag not in VOID_HTML:
+            inline_open = inline_open + 1 if piece.kind == "open" else max(0, inline_open - (piece.kind == "close"))
+        current += piece.raw
+    return parts + [current]
+
+
 def text_content(document: str, markup: str) -> str:
     """The text a reader sees (for language detection): runs joined by line breaks."""
     if markup == "text":

@@ -13,13 +13,15 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..document_store import DocumentStore, LocalDocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
-from . import deepl, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
+from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
+from .document_jobs import DocumentCalls, DocumentJobs
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .access import Keys
@@ -46,15 +48,18 @@ def installed_version() -> str:
 
 
 def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None,
-               glossary_store: GlossaryStore | None = None) -> FastAPI:
+               glossary_store: GlossaryStore | None = None, document_store: DocumentCalls | None = None) -> FastAPI:
     """`key_store`, `glossary_store`: where the keys and their counts are, and the glossaries (default: the file
-    settings.key_store names, for both)."""
+    settings.key_store names, for both); `document_store`: where the document jobs are (default: the folder
+    settings.documents_path names)."""
     app = FastAPI(title=DISTRIBUTION, version=installed_version(),
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
     keys = Keys(settings, key_store or KeyStore(settings.key_store))
     glossaries = Glossaries(glossary_store or GlossaryStore(settings.key_store), settings, keys)
+    documents = document_store or LocalDocumentStore(DocumentStore(settings.documents_path))
+    jobs = DocumentJobs(documents, provider, keys, settings)
     app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
-                                glossaries)
+                                glossaries, jobs)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
     app.add_middleware(ScopedCORS, owns=libretranslate.owns)  # outermost: its errors' answers get CORS too
@@ -63,11 +68,12 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
     routers = [native.router(app.state.served), native_glossaries.router(app.state.served), libretranslate.router,
-               deepl.router, deepl_glossaries.router, openai.router, OPERATIONS,
+               deepl.router, deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
                *([page.router()] if settings.ui else [])]
     for router in routers:
         app.include_router(router)
-    app.router.on_startup.append(dispatch.load_detection)
+    app.router.on_startup += [dispatch.load_detection, jobs.start]
+    app.router.on_shutdown.append(jobs.stop)
     paths = {route.path for router in routers for route in router.routes}  # app.routes holds the routers
     return app
 

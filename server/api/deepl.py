@@ -21,7 +21,7 @@ from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationRes
 from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters, TooManyGlossaries
 from ..front import dispatch
 from ..glossary_entries import Entries
-from .deps import KeySending, caller_of, served
+from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .access import QuotaExceeded, characters
 from .served_languages import ServedLanguages, canonical, language_name
@@ -129,6 +129,13 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguag
     return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
+def check_languages(state: AppState, source_lang: str | None, target_lang: str) -> None:
+    languages = ServedLanguages.of(state.provider)
+    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if code and not languages.supports(code, name.partition("_")[0]):
+            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+
+
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     """The caller, from the key as DeepL's clients send it, and the request's parameters."""
     params = await read_params(request)
@@ -154,11 +161,7 @@ async def translate(request: Request):
     form = validated(DeepLTranslateForm, data, missing, invalid)
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
-    languages = ServedLanguages.of(state.provider)
-    for name in ("source_lang", "target_lang"):
-        code = getattr(form, name)
-        if code and not languages.supports(code, name.partition("_")[0]):
-            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
+    check_languages(state, form.source_lang, form.target_lang)
     glossary = await glossary_terms(request, who, form)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),

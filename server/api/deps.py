@@ -16,6 +16,7 @@ from fastapi import Request
 from ..errors import ServerError, Unauthorized
 from ..front import ModelProvider
 from ..settings import Settings
+from .document_jobs import DocumentJobs
 from .downloads import Downloads
 from .errors import InvalidKey
 from .access import Keys
@@ -30,6 +31,7 @@ class AppState:
     keys: Keys  # keys, rate limits and quotas: one set for all the APIs
     downloads: Downloads  # LibreTranslate's translated files
     glossaries: Glossaries  # every API's, in one store
+    jobs: DocumentJobs  # document jobs: every API's document routes
     started: int = field(default_factory=lambda: int(time.time()))  # when the app was made (Unix seconds)
 
 

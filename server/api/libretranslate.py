@@ -14,7 +14,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
@@ -24,6 +24,7 @@ from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJo
 from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacters
 from ..front import dispatch
 from .deps import AppState, KeySending, caller_of, served
+from .downloads import attachment
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .access import QuotaExceeded, characters
 from .served_languages import ServedLanguages, canonical, language_name
@@ -174,8 +175,8 @@ async def detect(request: Request):
 
 @router.post("/translate_file", response_model=FileTranslated)
 async def translate_file(request: Request):
-    """A multipart `file` (.txt, .html, .srt, .docx) translated by the documents layer; a URL to fetch it. The file
-    is charged the characters of its text against the character quota."""
+    """A multipart `file` translated as a document job, answered when it is done (as LibreTranslate answers): a URL
+    to fetch it. The file is charged the characters of its text against the character quota."""
     state = served(request)
     naming(request, "file")
     params = await read_params(request)
@@ -192,10 +193,11 @@ async def translate_file(request: Request):
     source = None if dispatch.is_auto(form.source) else canonical(form.source)
 
     async def work():
-        parsed = await dispatch.read_document(state.provider, data, filename.suffix)
-        translated = await dispatch.translate_file(state.provider, parsed, source, canonical(form.target),
-                                                   spending=state.keys.spending(caller, parsed.characters))
-        name = state.downloads.put(filename.name, translated)
+        handle = await state.jobs.submit(caller, data, filename.name, source, canonical(form.target))
+        job = await state.jobs.finished(*handle, caller)
+        if job.status == "error":
+            raise InvalidRequest(f"Invalid request: {job.error_message}", field="file")
+        name = state.downloads.put(job.download_name, await state.jobs.download(job))
         return FileTranslated(translatedFileUrl=f"{request.base_url}download_file/{quote(name)}")
 
     return await until_disconnect(request, work())
@@ -207,8 +209,7 @@ async def download_file(name: str, request: Request):
     stored = state.downloads.get(name)
     if stored is None:
         raise FileNotFound(f"{name}: no such file (translated files are kept {state.settings.download_ttl_s:g} s)")
-    return Response(stored.content, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(stored.filename)}"})
+    return attachment(stored.content, stored.filename)
 
 
 @router.api_route("/languages", methods=["GET", "POST"], response_model=list[LibreLanguage])

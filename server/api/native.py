@@ -4,19 +4,20 @@
 import inspect
 from pathlib import PurePath
 from typing import Callable
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from model import written_as
 
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                       TranslationResult)
-from ..errors import BadBody, InvalidRequest, ServerError
+from ..errors import ServerError
 from ..front import dispatch
 from ..glossary_entries import Entries
+from . import native_documents
 from .deps import AppState, authorize, caller, served
+from .downloads import attachment
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
 from .access import characters
@@ -75,22 +76,6 @@ def model_card(info: ModelInfo, created: int) -> ModelCard:
                            max_generate_chars=info.max_generate_chars))
 
 
-FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary", "description": ".txt, .html, .srt or .docx"},
-                   "source_lang": {"type": "string", "maxLength": 32},
-                   "target_lang": {"type": "string", "maxLength": 32},
-                   "model": {"type": "string", "maxLength": 200},
-                   "glossary_id": {"type": "string", "maxLength": 64},
-                   "glossary": {"type": "string", "description": 'a JSON object: {"source term": "target term"}'}}}}}}}
-
-
-def _form_text(form, name: str, max_length: int = 200) -> str | None:
-    value = form.get(name)
-    if value is not None and (not isinstance(value, str) or len(value) > max_length):
-        raise InvalidRequest(f"{name}: a text of at most {max_length} characters", field=name, limit=max_length)
-    return value or None
-
 
 async def translate(body: TranslateRequest, request: Request):
     state = served(request)
@@ -108,20 +93,15 @@ async def translate(body: TranslateRequest, request: Request):
 
 
 async def translate_file(request: Request):
-    """A .txt, .html, .srt or .docx file (multipart `file`) → the same file translated."""
+    """A document (multipart `file`) → the same document translated, in this request."""
     state = served(request)
     naming(request, "file")
-    try:
-        form = await request.form()
-    except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
-        raise BadBody(f"the body is not a valid multipart form: {e.detail}", field="body") from None
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise InvalidRequest("file: a multipart file field is required", field="file")
-    fields = {name: _form_text(form, name) for name in ("source_lang", "target_lang", "model")}
-    glossary = await job_glossary(state, caller(request), _form_text(form, "glossary_id", 64),
-                                  json_object(_form_text(form, "glossary", state.settings.max_body_bytes), "glossary"),
-                                  fields["source_lang"], fields["target_lang"])
+    upload, fields = await native_documents.file_form(
+        request, ("source_lang", "target_lang", "model", "glossary_id", "glossary"),
+        lengths={"glossary": state.settings.max_body_bytes})
+    glossary = await job_glossary(state, caller(request), fields.pop("glossary_id"),
+                                  json_object(fields.pop("glossary"), "glossary"), fields["source_lang"],
+                                  fields["target_lang"])
     name = PurePath(upload.filename or "file")
     data = await upload.read()
 
@@ -130,9 +110,9 @@ async def translate_file(request: Request):
         translated = await dispatch.translate_file(state.provider, parsed, **fields,
                                                    spending=state.keys.spending(caller(request), parsed.characters),
                                                    glossary=glossary)
-        download = quote(f"{name.stem}.translated{name.suffix}")  # no quotes or line breaks reach the header
-        return Response(translated, media_type=upload.content_type or "application/octet-stream",
-                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{download}"})
+        written = written_as(name.suffix)
+        return attachment(translated, f"{name.stem}.translated{written}",
+                          upload.content_type if written == name.suffix.lower() else "application/octet-stream")
 
     return await until_disconnect(request, work())
 
@@ -196,7 +176,10 @@ def router(state: AppState) -> APIRouter:
     routes.add_api_route("/v1/translate", with_body(translate, TranslateBody), methods=["POST"],
                          response_model=TranslateResponse, response_model_exclude_none=True)
     routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
-                         openapi_extra=FILE_FORM, responses={200: {"content": {"application/octet-stream": {}}}})
+                         openapi_extra=native_documents.form_schema("source_lang", "target_lang", "model",
+                                                                    "glossary_id", "glossary"),
+                         responses={200: {"content": {"application/octet-stream": {}}}})
+    native_documents.add_routes(routes)
     routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
     routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)

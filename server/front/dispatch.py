@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence
 
 from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_language, detectable, read_file, text_content
 
@@ -191,7 +191,7 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
 
 
 async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> ParsedFile:
-    """A document file (.txt, .html, .srt, .docx; the kind from `suffix`) read off the event loop. A damaged or
+    """A document file (any of model.SUFFIXES, the kind from `suffix`) read off the event loop. A damaged or
     unsupported file is a 400 naming the problem, one that would inflate past a limit a 413 naming it."""
     settings = provider.settings
     try:
@@ -203,19 +203,56 @@ async def read_document(provider: ModelProvider, data: bytes, suffix: str) -> Pa
         raise BadBody(str(e), field="file") from None
 
 
+def check_job(provider: ModelProvider, parsed: ParsedFile) -> None:
+    """A document job's limits, checked when it is submitted: its text's characters together (max_job_chars), each
+    text's (max_document_chars), and each within one request (max_request_chars) since a text is never split
+    across the job's requests."""
+    settings = provider.settings
+    if parsed.characters > settings.max_job_chars:
+        raise TooManyCharacters(parsed.characters, settings.max_job_chars)
+    _check_lengths(parsed.texts, _file_fields(range(len(parsed.texts))),
+                   min(settings.max_document_chars, settings.max_request_chars))
+
+
+def _file_fields(indices: range) -> tuple[str, ...]:
+    return tuple(f"file[{i}]" for i in indices)
+
+
+def chunks(texts: Sequence[str], limit: int) -> list[range]:
+    """Consecutive texts whose characters add up to at most `limit` each (a longer text alone)."""
+    out, start, size = [], 0, 0
+    for i, text in enumerate(texts):
+        if i > start and size + len(text) > limit:
+            out.append(range(start, i))
+            start, size = i, 0
+        size += len(text)
+    return out + ([range(start, len(texts))] if texts else [])
+
+
 async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lang: str | None,
                          target_lang: str | None, model: str | None = None,
-                         spending: AbstractAsyncContextManager = nullcontext(),
+                         spending: AbstractAsyncContextManager = nullcontext(), chunk_chars: int | None = None,
+                         progress: Callable[[float], Awaitable[None]] | None = None,
                          glossary: tuple[tuple[str, str], ...] = ()) -> bytes:
     """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
     paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
-    not max_texts, bound a file. `glossary`: the job's (source term, target term) pairs."""
-    if not parsed.texts:
-        async with spending:  # charged as any file is, so that a spent quota answers the same
-            return await asyncio.to_thread(parsed.write, [])
+    not max_texts, bound a file. A document job gives `chunk_chars`: its texts then go as consecutive jobs of at most
+    that many characters (within max_request_chars), each one request of the scheduler's fair share, and
+    `progress(share done, 0..1)` is awaited after each. `glossary`: the (source term, target term) pairs."""
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
-                          non_splitting_tags=parsed.non_splitting_tags)
-    job = TranslationJob(texts=tuple(parsed.texts), fields=tuple(f"file[{i}]" for i in range(len(parsed.texts))),
-                         source_lang=source_lang, target_lang=target_lang, text_options=options, glossary=glossary)
-    result = await _translate(provider, job, model, False, spending)
-    return await asyncio.to_thread(parsed.write, [t.text for t in result.texts])
+                          non_splitting_tags=parsed.non_splitting_tags, ignore_tags=parsed.ignore_tags)
+    limit = min(chunk_chars, provider.settings.max_request_chars) if chunk_chars else sum(map(len, parsed.texts))
+    translated: list[str] = []
+    async with spending:
+        for part in chunks(parsed.texts, limit):
+            job = TranslationJob(texts=tuple(parsed.texts[i] for i in part), fields=_file_fields(part),
+                                 source_lang=source_lang, target_lang=target_lang, text_options=options,
+                                 glossary=glossary)
+            result = await _translate(provider, job, model, False, nullcontext())
+            translated += [t.text for t in result.texts]
+            if progress is not None:
+                await progress(sum(map(len, parsed.texts[:part.stop])) / sum(map(len, parsed.texts)))
+    try:
+        return await asyncio.to_thread(parsed.write, translated)
+    except FileError as e:  # a file its library reads but cannot write back
+        raise BadBody(str(e), field="file") from None

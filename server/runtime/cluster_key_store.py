@@ -24,8 +24,8 @@ NAMESPACE = "seq2seq-serve"
 
 
 class StoreActor:
-    """A store (KeyStore, GlossaryStore) on the head node, called by replicas elsewhere (one call at a time: one
-    connection)."""
+    """A store (KeyStore, GlossaryStore, DocumentStore) on the head node, called by replicas elsewhere (one call at
+    a time: one connection)."""
 
     def __init__(self, kind: type, path: str):
         self.store = kind(path)

@@ -36,6 +36,7 @@ from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJo
 from ..errors import QueueFull
 from ..front import ModelRegistry, ModelService
 from ..settings import Settings
+from .cluster_document_store import cluster_document_store
 from .cluster_key_store import cluster_glossary_store, cluster_key_store
 from .forwarding import ReplicaModels
 from .listen import reuseport_socket, uvicorn_server
@@ -89,7 +90,8 @@ class ModelServer:
 
     def __serve_build_asgi_app__(self):
         app = create_app(ReplicaModels(self), self.settings, cluster_key_store(self.settings.key_store),
-                         cluster_glossary_store(self.settings.key_store))
+                         cluster_glossary_store(self.settings.key_store),
+                         cluster_document_store(str(self.settings.documents_path)))
         if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
             server = uvicorn_server(app, self.settings, lifespan="off")
             sock = reuseport_socket(self.settings.host, self.settings.port)

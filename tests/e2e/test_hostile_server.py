@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import format_files as files
 from hostile_files import AMPLIFIED, BILLION_LAUGHS, DOCUMENT, docx_bytes, srt, with_entry
 from server_process import running_server
 
@@ -86,6 +87,17 @@ def renamed(kind: str) -> bytes:
     return out.getvalue()
 
 
+def document(name: str, data: bytes) -> dict:
+    """A DeepL document job's upload: checked, and refused, before the job exists."""
+    return {"files": {"file": (name, data)}, "data": {"target_lang": "DE"}}
+
+
+def inflating(build, entry: str) -> bytes:
+    """The file `build()` gives with `entry` inflating 64 MiB of spaces."""
+    return with_entry(build(), entry, lambda f: [f.write(b" " * (1 << 20)) for _ in range(64)])
+
+
+DTD = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "forty-two">]><x>&a;</x>'
 CASES = {  # name: (path, request arguments, status, words in the error)
     "zip bomb": ("/v1/translate/file", multipart("bomb.docx", ZIP_BOMB), 413, "at most 100 times"),
     "malformed docx": ("/v1/translate/file", multipart("bad.docx", with_entry(
@@ -95,6 +107,22 @@ CASES = {  # name: (path, request arguments, status, words in the error)
     "pptx renamed": ("/v1/translate/file", multipart("a.docx", renamed("pptx")), 400, "not a valid .docx"),
     "dot-dot entry": ("/v1/translate/file", multipart("a.docx", with_entry(
         docx_bytes("forty-two"), "../x.xml", lambda f: f.write(b"<x/>"))), 400, "leaves the archive"),
+    "xlsx bomb": ("/v2/document", document("bomb.xlsx", inflating(files.xlsx_bytes, "xl/worksheets/sheet1.xml")),
+                  413, "at most 100 times"),
+    "pptx with a DTD": ("/v2/document", document("evil.pptx", with_entry(files.pptx_bytes(), "ppt/slides/slide1.xml",
+                                                                         lambda f: f.write(DTD))), 400, "DTD"),
+    "odt bomb": ("/v1/documents", multipart("bomb.odt", inflating(lambda: files.opendocument_bytes(".odt"),
+                                                                  "content.xml")), 413, "at most 100 times"),
+    "odp with a DTD": ("/v1/documents", multipart("evil.odp", with_entry(files.opendocument_bytes(".odp"),
+                                                                         "content.xml", lambda f: f.write(DTD))),
+                       400, "DTD"),
+    "epub dot-dot entry": ("/v2/document", document("evil.epub", with_entry(files.epub_bytes(), "../x.xhtml",
+                                                                            lambda f: f.write(b"<x/>"))),
+                           400, "leaves the archive"),
+    "xliff billion laughs": ("/v2/document", document("evil.xlf", BILLION_LAUGHS.encode()), 400, "DTD"),
+    "pdf bomb": ("/v2/document", document("bomb.pdf", files.pdf_bomb(50_000_000)), 400, "Limit reached"),
+    "scanned pdf": ("/v2/document", document("scan.pdf", files.pdf_bytes([])), 400, "scanned"),
+    "broken xlsx": ("/v1/documents", multipart("broken.xlsx", b"PK\x03\x04 not a zip"), 400, "not a valid .xlsx"),
     "20,000 cues": ("/v1/translate/file", multipart("big.srt", srt(20_000)), 422, "at most 50000"),
     "entity amplification": ("/v1/translate", {"json": {"text": AMPLIFIED, "target_lang": "de", "format": "xml"}},
                              400, "declares a DTD"),

@@ -4,6 +4,7 @@ unchanged, requests shaped as Mastodon, Weblate and Misskey send them, LibreTran
 import io
 
 import docx
+import format_files as files_
 import httpx
 import pytest
 from deep_translator import LibreTranslator
@@ -111,8 +112,28 @@ def test_translate_a_docx_file_keeps_run_formatting(url):
     assert translated.paragraphs[1].runs[0].bold
 
 
+@pytest.mark.parametrize("name, data, read, expected", [
+    ("talk.odp", files_.opendocument_bytes(".odp"), lambda d: files_.opendocument_texts(d)["paragraphs"],
+     lambda alone: [alone("forty-two"), alone("seven")]),
+    ("report.pdf", files_.pdf_bytes(*files_.PDF_PAGES), files_.docx_blocks,
+     lambda alone: [("Heading 1", alone("forty-two")), ("Normal", alone("three hundred and five.")),
+                    ("Normal", alone("seven.")), ("Heading 2", alone("nine")), ("Normal", alone("eleven."))]),
+])
+def test_translate_file_in_the_new_formats(url, alone, name, data, read, expected):
+    r = httpx.post(f"{url}/translate_file", data={"source": "en", "target": "de"}, files={"file": (name, data)},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    download = httpx.get(r.json()["translatedFileUrl"])
+    assert read(download.content) == expected(alone)
+
+
+def test_frontend_settings_list_every_format(url):
+    formats = httpx.get(f"{url}/frontend/settings").json()["supportedFilesFormat"]
+    assert {".txt", ".docx", ".pptx", ".xlsx", ".odt", ".odp", ".epub", ".xlf", ".pdf"} <= set(formats)
+
+
 @pytest.mark.parametrize("files, status, message", [
-    ({"file": ("scan.pdf", b"%PDF-1.4")}, 400, "Invalid request: file format not supported"),
+    ({"file": ("slides.key", b"x")}, 400, "Invalid request: file format not supported"),
     (None, 400, "Invalid request: missing file parameter"),
 ])
 def test_file_errors(url, files, status, message):

@@ -270,11 +270,12 @@ def test_schema_limits_follow_the_settings(checkpoint):
 # Every request limit, as each API answers it: the status and the whole body, pinned (the front checks each limit
 # once; each API words it in its own error table).
 LIMITED = Settings(dtype="float32", max_texts=3, max_request_chars=60, max_document_chars=40, max_generate_chars=30,
-                   max_beams=4, max_batch_rows=16, max_new_tokens=20, max_request_units=5, max_input_tokens=32)
+                   max_beams=4, max_batch_rows=16, max_new_tokens=20, max_request_units=5, max_input_tokens=32,
+                   max_job_chars=60)
 MODEL = "shared-swish-safetensors"
 LT = {"source": "en", "target": "de"}
 SIX_LINES = "a\nb\nc\nd\ne\nf"
-TWO_PARAGRAPHS = b"a" * 30 + b"\n\n" + b"b" * 31
+TWO_PARAGRAPHS = b"a" * 30 + b"\n\n" + b"b" * 31  # a .txt file's paragraphs are its texts: 61 characters
 
 
 def native(message, field, limit):
@@ -310,7 +311,7 @@ def limited(checkpoint):
     ("/v1/translate", dict(json={"text": "a", "max_new_tokens": 21}), 422,
      native("max_new_tokens 21 is above the limit 20", "max_new_tokens", 20)),
     ("/v1/translate/file", dict(files={"file": ("a.txt", TWO_PARAGRAPHS)}), 422,
-     native("file: the request has 63 characters; at most 60", "file", 60)),
+     native("file: the request has 61 characters; at most 60", "file", 60)),
     ("/v1/translate/file", dict(files={"file": ("a.txt", b"a" * 41)}), 422,
      native("file[0] has 41 characters; at most 40", "file[0]", 40)),
     ("/v1/translate/file", dict(files={"file": ("a.txt", SIX_LINES.encode())}), 422,
@@ -337,11 +338,12 @@ def limited(checkpoint):
      {"error": "Invalid request: alternatives: at most 3"}),
     ("/detect", dict(json={"q": "a" * 61}), 400, {"error": "Invalid request: request (61) exceeds text limit (60)"}),
     ("/translate_file", dict(data=LT, files={"file": ("a.txt", TWO_PARAGRAPHS)}), 400,
-     {"error": "file: the request has 63 characters; at most 60"}),
+     {"error": "file: the request has 61 characters; at most 60"}),
     ("/translate_file", dict(data=LT, files={"file": ("a.txt", b"a" * 41)}), 400,
      {"error": "file[0] has 41 characters; at most 40"}),
+    # a document job: its sentences counted when it runs, the job's error in LibreTranslate's words
     ("/translate_file", dict(data=LT, files={"file": ("a.txt", SIX_LINES.encode())}), 400,
-     {"error": "file: the request has 6 sentences to translate; at most 5"}),
+     {"error": "Invalid request: the request has 6 sentences to translate; at most 5"}),
     # DeepL
     ("/v2/translate", dict(json={"text": ["a"] * 4, "target_lang": "DE"}), 400,
      {"message": "text has 4 items; at most 3"}),

@@ -33,12 +33,13 @@ export function authorization() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
-// fetch() of an API path: a JSON body for a plain object, as is for FormData; throws ApiError unless 2xx.
-export async function call(path, { body, signal } = {}) {
+// fetch() of an API path: a JSON body for a plain object, as is for FormData, more `headers`; throws ApiError
+// unless 2xx.
+export async function call(path, { body, signal, headers = {} } = {}) {
   const isJson = body !== undefined && !(body instanceof FormData);
   const response = await fetch(path, {
     method: body === undefined ? "GET" : "POST",
-    headers: { ...authorization(), ...(isJson ? { "Content-Type": "application/json" } : {}) },
+    headers: { ...authorization(), ...headers, ...(isJson ? { "Content-Type": "application/json" } : {}) },
     body: isJson ? JSON.stringify(body) : body,
     signal,
   });

@@ -1,8 +1,10 @@
-// The files view: a .txt, .html, .srt or .docx file picked or dropped, sent to /v1/translate/file with the
-// languages chosen above, and a link to download the translated file. XMLHttpRequest, not fetch, because
-// only it reports the upload's progress.
+// The files view: a document picked or dropped, submitted to /v1/documents as a job with the languages chosen
+// above; the job's progress polled and shown, then a link to download the translated file. XMLHttpRequest for the
+// upload, because only it reports an upload's progress.
 
-import { apiError, authorization } from "./api.js";
+import { apiError, authorization, call, json } from "./api.js";
+
+const POLL_MS = 500;
 
 const $ = (id) => document.getElementById(id);
 
@@ -11,25 +13,37 @@ function downloadName(disposition, fallback) {
   return match ? decodeURIComponent(match[1]) : fallback;
 }
 
-function send(form, progress) {
+function submit(form, progress) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", "v1/translate/file");
+    xhr.open("POST", "v1/documents");
     for (const [name, value] of Object.entries(authorization())) xhr.setRequestHeader(name, value);
-    xhr.responseType = "blob";
+    xhr.responseType = "json";
     xhr.upload.onprogress = (e) => progress("Uploading", e.lengthComputable ? e.loaded / e.total : null);
-    xhr.upload.onload = () => progress("Translating", null);
-    xhr.onprogress = (e) => progress("Downloading", e.lengthComputable ? e.loaded / e.total : null);
     xhr.onerror = () => reject(new Error("the connection to the server failed"));
-    xhr.onload = async () => {
-      if (xhr.status >= 200 && xhr.status < 300) resolve(xhr);
+    xhr.onload = () => {
+      if (xhr.status >= 200 && xhr.status < 300) resolve(xhr.response);
       else {
         const retryAfter = xhr.getResponseHeader("retry-after");
-        reject(apiError(xhr.status, xhr.statusText, await xhr.response.text(), retryAfter));
+        reject(apiError(xhr.status, xhr.statusText, JSON.stringify(xhr.response), retryAfter));
       }
     };
     xhr.send(form);
   });
+}
+
+// The job polled until it is done (its file's response) or failed (an Error with the job's message).
+async function finished(handle, progress) {
+  const path = `v1/documents/${encodeURIComponent(handle.document_id)}`;
+  const keyed = { "X-Document-Key": handle.document_key };
+  for (;;) {
+    const job = await json(path, { headers: keyed });
+    if (job.status === "error") throw new Error(job.error_message);
+    if (job.status === "done") return call(`${path}/result`, { headers: keyed });
+    const left = job.seconds_remaining == null ? "" : ` about ${job.seconds_remaining} s left`;
+    progress(job.status === "queued" ? "Queued" : `Translating${left}`, job.status === "queued" ? null : job.progress);
+    await new Promise((wake) => setTimeout(wake, POLL_MS));
+  }
 }
 
 export function setupFiles({ report }) {
@@ -55,9 +69,9 @@ export function setupFiles({ report }) {
     link.hidden = true;
     $("translate-file").disabled = true;
     try {
-      const xhr = await send(form, progress);
-      const name = downloadName(xhr.getResponseHeader("content-disposition"), file.name);
-      link.href = URL.createObjectURL(xhr.response);
+      const response = await finished(await submit(form, progress), progress);
+      const name = downloadName(response.headers.get("content-disposition"), file.name);
+      link.href = URL.createObjectURL(await response.blob());
       link.download = name;
       link.textContent = `Download ${name}`;
       link.hidden = false;

@@ -1,0 +1,178 @@
+"""Document jobs, as every API's document routes use them: a file submitted (read and its limits checked at once, so a
+broken or too large file is answered then), run in the background by whichever process of the machine claims it from
+the store (server.document_store), polled, and fetched once.
+
+Each process runs one job at a time, its texts in consecutive requests of `job_chunk_chars` characters: each one
+request of the scheduler's fair share, so a long document never holds more of the batch than one request may while
+short requests come and go. A job is charged its characters when it starts (refunded if it fails). While it runs its
+heartbeat is beaten every `job_stale_s / 3`, so a job whose process died is taken over by another after `job_stale_s`;
+a process shutting down queues its job again for the next to take at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import PurePath
+from typing import Protocol
+
+from model import written_as
+
+from ..document_store import Job
+from ..errors import InvalidRequest, ServerError
+from ..front import ModelProvider, dispatch
+from ..settings import Settings
+from .access import Keys
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
+FINISHED_POLL_S = 0.1  # how often a request waiting for its job looks at it
+
+
+def output_suffix(suffix: str, asked: str | None) -> str:
+    """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
+    must name it, else a 400 says which it is."""
+    own = written_as(suffix)
+    if asked and "." + asked.lower().lstrip(".") != own:
+        raise InvalidRequest(f"output_format {asked!r} is not available for a {suffix} document: it is written as "
+                             f"{own}", field="output_format")
+    return own
+
+
+class DocumentNotFound(ServerError):
+    status, code = 404, "not_found"
+
+
+class DocumentNotReady(ServerError):
+    status, code = 503, "not_ready"
+
+
+class DocumentCalls(Protocol):
+    """Where the jobs are: a DocumentStore's methods by name, awaited (document_store.LocalDocumentStore, or a Ray
+    cluster's head node: runtime.cluster_document_store)."""
+
+    async def call(self, method: str, *args): ...
+
+
+class DocumentJobs:
+    def __init__(self, store: DocumentCalls, provider: ModelProvider, keys: Keys, settings: Settings):
+        self.store, self.provider, self.keys, self.settings = store, provider, keys, settings
+        self.submitted = asyncio.Event()  # a job submitted here: no need to wait for the next poll
+        self.task: asyncio.Task | None = None
+
+    async def submit(self, owner: str, data: bytes, filename: str, source_lang: str | None, target_lang: str,
+                     output_format: str | None = None, model: str | None = None) -> tuple[str, str]:
+        """A queued job's (id, key); the file is read now, so a damaged one or one over the job limits is refused
+        before anything is stored."""
+        suffix = PurePath(filename).suffix.lower()
+        written = output_suffix(suffix, output_format)
+        parsed = await dispatch.read_document(self.provider, data, suffix)
+        dispatch.check_job(self.provider, parsed)
+        handle = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
+                                       parsed.characters, data)
+        self.submitted.set()
+        return handle
+
+    async def owned(self, job_id: str, key: str, owner: str) -> Job:
+        """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
+        tells nothing about the id)."""
+        job = await self.store.call("find", job_id, key, owner)
+        if job is None:
+            raise DocumentNotFound("Document not found", field="document_id")
+        return job
+
+    async def download(self, job: Job) -> bytes:
+        """A done job's translation, once: the job is deleted with it. A 503 before it is done, a 404 for a job that
+        failed (its status says why) or one another request downloaded meanwhile."""
+        if job.status == "error":
+            raise DocumentNotFound(f"Document translation failed: {job.error_message}", field="document_id")
+        if job.status != "done":
+            raise DocumentNotReady("Document translation is not done", field="document_id")
+        data = await self.store.call("take", job)
+        if data is None:
+            raise DocumentNotFound("Document not found", field="document_id")
+        return data
+
+    async def finished(self, job_id: str, key: str, owner: str) -> Job:
+        """The job once it is done or failed, whichever process runs it (for APIs that answer a file when it is
+        translated, as LibreTranslate does; the client's hang-up cancels the wait)."""
+        while (job := await self.owned(job_id, key, owner)).status not in ("done", "error"):
+            await asyncio.sleep(FINISHED_POLL_S)
+        return job
+
+    def seconds_remaining(self, job: Job) -> int | None:
+        return job.seconds_remaining(time.time())
+
+    # ---- the runner -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _serve(self) -> None:
+        while True:
+            try:  # a locked or full disk: the jobs wait (a claimed one is taken over), the runner lives on
+                await self.store.call("expire", self.settings.job_ttl_s)
+                job = await self._claim()
+                if job is not None:
+                    await self._run(job)
+                    continue
+            except Exception:
+                log.exception("document store")
+            self.submitted.clear()
+            try:
+                async with asyncio.timeout(POLL_S):
+                    await self.submitted.wait()
+            except TimeoutError:
+                pass
+
+    async def _claim(self) -> Job | None:
+        """The next job, now this process's. A claim's statement runs to its end in its thread: a shutdown meeting it
+        queues what it took again."""
+        claiming = asyncio.ensure_future(self.store.call("claim", self.settings.job_stale_s,
+                                                         self.settings.job_attempts))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            job = await claiming
+            if job is not None:
+                await self.store.call("release", job.id)
+            raise
+
+    async def _run(self, job: Job) -> None:
+        done = 0.0
+        beating = asyncio.get_running_loop().create_task(self._beat(job, lambda: done))
+
+        async def progress(share: float) -> None:
+            nonlocal done
+            done = share
+            await self.store.call("progress", job.id, round(share * job.characters))
+
+        try:
+            data = await self.store.call("upload", job.id)
+            parsed = await dispatch.read_document(self.provider, data, job.suffix)
+            translated = await dispatch.translate_file(
+                self.provider, parsed, job.source_lang, job.target_lang, job.model,
+                spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
+                progress=progress)
+            await self.store.call("finish", job.id, translated)
+        except asyncio.CancelledError:
+            await self.store.call("release", job.id)
+            raise
+        except ServerError as e:
+            await self.store.call("fail", job.id, e.message)
+        except Exception as e:
+            log.exception("document job %s", job.id)
+            await self.store.call("fail", job.id, f"internal error: {type(e).__name__}")
+        finally:
+            beating.cancel()
+
+    async def _beat(self, job: Job, done) -> None:
+        while True:
+            await asyncio.sleep(self.settings.job_stale_s / 3)
+            await self.store.call("progress", job.id, round(done() * job.characters))
