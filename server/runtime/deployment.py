@@ -44,7 +44,7 @@ from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
 from .process import set_engine_threads
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ray.serve")  # what Serve writes to each replica's log (a logger of our own goes nowhere)
 CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
 
 
@@ -113,7 +113,7 @@ class ModelServer:
                 log.debug("replica count unavailable: %s", e)
             else:
                 if self.replicas.update(count):
-                    metrics.REPLICAS.set(count)
+                    metrics.REPLICAS.labels(context.app_name).set(count)
             await asyncio.sleep(every_s)
 
     async def __del__(self):
