@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .stages import read_csv  # noqa: E402
 from .stats import RunSummary  # noqa: E402
@@ -111,7 +112,9 @@ def stage_chart(directory: Path, png: Path, title: str) -> None:
     replicas = top.twinx()
     replicas.step(x, [_number(r["replicas"]) for r in timeline], where="post", color="tab:green", label="replicas")
     replicas.set_ylabel("replicas")
-    replicas.set_ylim(bottom=0)
+    counts = [r["replicas"] for r in timeline if r["replicas"]]  # empty where /v1/models gave no count
+    replicas.set_ylim(bottom=0, top=max(map(int, counts), default=1) + 0.5)
+    replicas.yaxis.set_major_locator(MaxNLocator(integer=True))
     top.legend(loc="upper left")
     replicas.legend(loc="upper right")
     spans = [(float(s["start_s"]), float(s["end_s"])) for s in stages]
