@@ -108,7 +108,8 @@ class ModelServer:
         context = serve.get_replica_context()
         while True:
             try:
-                count = await asyncio.to_thread(running_replicas, context.app_name, context.deployment)
+                # at least this one: a replica serves before the controller has marked it running
+                count = max(1, await asyncio.to_thread(running_replicas, context.app_name, context.deployment))
             except Exception as e:  # the controller restarting: the count stays as last read
                 log.debug("replica count unavailable: %s", e)
             else:

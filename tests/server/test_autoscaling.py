@@ -12,7 +12,7 @@ from server.runtime.autoscaling import (
     graceful_shutdown_timeout_s,
     target_ongoing_requests,
 )
-from server.runtime.deployment import build
+from server.runtime.deployment import ModelServer, build
 from server.runtime.ray_main import scaling_of
 from server.settings import Settings
 
@@ -70,3 +70,16 @@ def test_replica_count_logs_each_change_once(caplog):
     with caplog.at_level(logging.INFO):
         assert [count.update(n) for n in (1, 1, 2, 2, 1)] == [True, False, True, False, True]
     assert [r.getMessage() for r in caplog.records] == ["replicas: ? -> 1", "replicas: 1 -> 2", "replicas: 2 -> 1"]
+
+
+# Python itself calls the (async) __del__ again when it collects the object, making a coroutine nobody awaits
+@pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
+def test_a_replica_being_removed_is_not_ready():
+    """Serve calls a removed replica's __del__ once it has finished its requests; from then its probes say so."""
+    import asyncio
+
+    server = ModelServer.func_or_class.__new__(ModelServer.func_or_class)
+    server.loaded, server.draining = {}, False
+    assert server.health(5) == (True, "0 model(s) loaded")
+    asyncio.run(server.__del__())  # what Serve runs on a replica it removes, after its requests finished
+    assert server.health(5)[0] is False and "draining" in server.health(5)[1]

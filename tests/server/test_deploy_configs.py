@@ -518,7 +518,11 @@ def test_config_writes_the_autoscaling_profile_the_app_derives(config):
     """The autoscaling_config and graceful shutdown timeout the config writes are the profile build() derives
     from its args (runtime.autoscaling) for the config's replica bounds, so `serve run` scales as `python -m server
     --min-replicas ... --max-replicas ...` does."""
-    from server.runtime.autoscaling import Scaling, autoscaling_config, graceful_shutdown_timeout_s
+    from server.runtime.autoscaling import (
+        Scaling,
+        autoscaling_config,
+        graceful_shutdown_timeout_s,
+    )
 
     app = config["applications"][0]
     settings = Settings(**{k: Settings.coerce(k, v) for k, v in app["args"].items() if k not in BUILD_APP_KEYS})
