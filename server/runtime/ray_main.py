@@ -167,7 +167,10 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         # thread (Ray's do not block signals) does not wake from a wait without a timeout.
         replicas = ReplicaCount(log)
         while not stop.wait(0.5):
-            replicas.update(running_replicas(APP_NAME, "ModelServer"))
+            try:
+                replicas.update(running_replicas(APP_NAME, "ModelServer"))
+            except Exception as e:  # the controller restarting, or Ray stopping under a Ctrl-C: serving goes on
+                log.debug("replica count unavailable: %s", e)
         return 0
     finally:
         print("shutting down", flush=True)
