@@ -3,6 +3,8 @@
 - history_chart: one run over time, from locust's `<prefix>_stats_history.csv` (--csv-full-history):
   HTTP requests/s, failures/s and users; p50/p95/p99 of the translate requests and of time to first token.
 - sweep_chart: runs by user count, one line per server configuration: requests/s, translate p95, ttft p95.
+- stage_chart: a staged run (loadtests/staged.py) over time: users and replica count; requests/s and p95 per
+  stage, the stages marked.
 
 Used by `python -m loadtests.run`.
 """
@@ -18,7 +20,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from .stages import read_csv  # noqa: E402
 from .stats import RunSummary  # noqa: E402
 
 PERCENTILES = (("50%", ":"), ("95%", "-"), ("99%", "--"))
@@ -94,6 +98,38 @@ def sweep_chart(runs: dict[str, list[RunSummary]], png: Path, title: str) -> Non
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
+    fig.suptitle(title)
+    _save(fig, png)
+
+
+def stage_chart(directory: Path, png: Path, title: str) -> None:
+    """From `directory`'s timeline.csv and stages.csv (loadtests/staged.py)."""
+    timeline, stages = read_csv(directory / "timeline.csv"), read_csv(directory / "stages.csv")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    x = [float(r["t"]) for r in timeline]
+    top.plot(x, [int(r["users"]) for r in timeline], color="grey", label="users")
+    top.set_ylabel("users")
+    replicas = top.twinx()
+    replicas.step(x, [_number(r["replicas"]) for r in timeline], where="post", color="tab:green", label="replicas")
+    replicas.set_ylabel("replicas")
+    counts = [r["replicas"] for r in timeline if r["replicas"]]  # empty where /v1/models gave no count
+    replicas.set_ylim(bottom=0, top=max(map(int, counts), default=1) + 0.5)
+    replicas.yaxis.set_major_locator(MaxNLocator(integer=True))
+    top.legend(loc="upper left")
+    replicas.legend(loc="upper right")
+    spans = [(float(s["start_s"]), float(s["end_s"])) for s in stages]
+    for label, column in (("requests/s", "rps"), ("translate p95, ms / 100", "p95_ms")):
+        scale = 100 if column == "p95_ms" else 1
+        bottom.hlines([_number(s[column]) / scale for s in stages], [a for a, _ in spans], [b for _, b in spans],
+                      color="tab:blue" if column == "rps" else "tab:orange", label=label)
+    for (start, _), stage in zip(spans, stages):
+        for ax in (top, bottom):
+            ax.axvline(start, color="black", alpha=0.2)
+        bottom.annotate(f"{stage['stage']}: {stage['failures']} failed", (start, 0), fontsize="small",
+                        xytext=(2, 2), textcoords="offset points")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("seconds")
+    bottom.legend(fontsize="small")
     fig.suptitle(title)
     _save(fig, png)
 

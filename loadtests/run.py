@@ -15,6 +15,10 @@ waits for /readyz, and stops it after the runs. --compare-server-args adds a sec
 server arguments followed by these (later flags win), e.g. --max-batch-rows 1 to decode one sequence at a time.
 The server caps beams at --max-batch-rows, so compare like with like: --locust-args "--beam-size 1".
 
+--staged runs loadtests/staged.py instead: --users is the peak of a ramp up, hold and ramp down over --duration,
+then --idle with no users; it adds stages.csv, timeline.csv (replicas each second) and stages.png, and prints
+replica count, throughput, failures and p50/p95 per stage.
+
 Exit status: 0 when every run meets the SLO gates, 1 when one does not, 2 when a run could not be made.
 """
 
@@ -30,11 +34,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from .charts import history_chart, sweep_chart
+from .charts import history_chart, stage_chart, sweep_chart
 from .server import served, start_group, stop_group, tail, wait_exited
+from .stages import read_csv
+from .stages import table as stages_table
 from .stats import RunSummary, Slo, summarize, table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+STAGED_LOCUSTFILE = Path(__file__).with_name("staged.py")
 # When --duration ends, users finish the request they are in (a stream included) for up to this long, so that
 # every request started is counted rather than cut off unrecorded.
 STOP_TIMEOUT_S = 30
@@ -87,6 +94,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="directory for the reports")
     p.add_argument("--sweep", type=user_counts, help="user counts to run one after another, e.g. 1,8,32,64")
     p.add_argument("--locust-args", default="", help="more locust arguments, e.g. \"--languages de,fr\"")
+    p.add_argument("--staged", action="store_true",
+                   help="stages instead of a steady load (loadtests/staged.py): up to --users over a quarter of "
+                        "--duration, held half, down a quarter, then --idle with none; a table and chart by stage")
+    p.add_argument("--idle", type=duration, default=duration("90s"), help="--staged: the last stage, no users")
     server = p.add_argument_group("server")
     server.add_argument("--start-server", action="store_true", help="start python -m server for the runs")
     server.add_argument("--server-args", default="", help="its arguments, e.g. \"--no-ray --model DIR\"")
@@ -99,6 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(glue_values(sys.argv[1:] if argv is None else argv))
     if args.compare_server_args is not None and not args.start_server:
         p.error("--compare-server-args needs --start-server")
+    if args.staged and args.sweep:
+        p.error("--staged runs one load that changes by itself: no --sweep")
     return args
 
 
@@ -112,10 +125,17 @@ def configurations(args: argparse.Namespace) -> list[Configuration]:
     return [base, Configuration("compare", f"compare: + {args.compare_server_args}", combined)]
 
 
+def run_seconds(args: argparse.Namespace) -> int:
+    return args.duration + (args.idle if args.staged else 0)
+
+
 def locust_command(args: argparse.Namespace, users: int, directory: Path) -> list[str]:
     prefix = str(directory / "locust")
-    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", args.host,
-            "--users", str(users), "--spawn-rate", str(args.spawn_rate), "--run-time", f"{args.duration}s",
+    staged = ["--peak-users", str(users), "--stage-s", str(args.duration), "--idle-s", str(args.idle),
+              "--stages-out", str(directory)] if args.staged else []
+    return [sys.executable, "-m", "locust", "-f", str(STAGED_LOCUSTFILE if args.staged else LOCUSTFILE),
+            "--headless", "--host", args.host, *staged,
+            "--users", str(users), "--spawn-rate", str(args.spawn_rate), "--run-time", f"{run_seconds(args)}s",
             "--stop-timeout", str(STOP_TIMEOUT_S),
             "--csv", prefix, "--csv-full-history", "--html", str(directory / "report.html"),
             "--json-file", prefix, "--only-summary", "--exit-code-on-error", "0",
@@ -125,16 +145,19 @@ def locust_command(args: argparse.Namespace, users: int, directory: Path) -> lis
 def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str) -> RunSummary:
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "locust.log"
-    print(f"locust: {users} users for {args.duration} s against {args.host} -> {directory}", flush=True)
+    print(f"locust: {users} users for {run_seconds(args)} s against {args.host} -> {directory}", flush=True)
     process = start_group(locust_command(args, users, directory), log)
     try:
-        finished = wait_exited(process, args.duration + LOCUST_GRACE_S)
+        finished = wait_exited(process, run_seconds(args) + LOCUST_GRACE_S)
     finally:
         code = stop_group(process, timeout_s=10)
     if not finished or code != 0:
         problem = "did not stop in time" if not finished else f"exited with status {code}"
         raise RuntimeError(f"locust {problem}; its log ({log}) ends:\n{tail(log)}")
     history_chart(directory / "locust_stats_history.csv", directory / "chart.png", f"{name}, {users} users")
+    if args.staged:
+        stage_chart(directory, directory / "stages.png", f"{name}: stages up to {users} users")
+        print(stages_table(read_csv(directory / "stages.csv")))
     report_failures(directory / "locust_failures.csv")
     return summarize(stats_json(directory / "locust"), name, users)
 

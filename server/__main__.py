@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .runtime.listen import ensure_free
-from .runtime.ray_main import add_ray_arguments
+from .runtime.ray_main import add_ray_arguments, scaling_of
 from .settings import Settings
 
 
@@ -29,6 +29,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Setti
         p.error(str(e))
     if settings.workers > 1 and not args.no_ray:
         p.error("--workers is for --no-ray; under Ray Serve, --replicas sets the model replicas")
+    try:
+        if scaling_of(args) and args.no_ray:
+            p.error("--min-replicas and --max-replicas are for Ray Serve, not --no-ray")
+    except ValueError as e:
+        p.error(str(e))
     return args, settings
 
 

@@ -118,9 +118,13 @@ BATCH_ROWS = Mirrored(Histogram, "s2s_batch_rows", "Rows decoded per engine step
 STEP_TIME = Mirrored(Histogram, "s2s_engine_step_seconds", "Engine step time (admission + one decoder step)",
                      buckets=STEP_BUCKETS)
 ENGINE_FAILURES = Mirrored(Counter, "s2s_engine_failures_total", "Engine steps that raised; their requests failed")
+# Ray Serve: every replica sets its application's count, read from Serve's controller, so any one live replica's
+# value is it; per application, as several may share a node's metrics directory.
+REPLICAS = Mirrored(Gauge, "s2s_replicas", "Model replicas serving (Ray Serve; the autoscaler changes it)", ("app",),
+                    multiprocess_mode="livemax")
 
 ALL = (REQUESTS, REQUEST_LATENCY, QUEUE_WAIT, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, INPUT_TOKENS,
-       OUTPUT_TOKENS, RUNNING, WAITING, KV_ROWS_USED, BATCH_ROWS, STEP_TIME, ENGINE_FAILURES)
+       OUTPUT_TOKENS, RUNNING, WAITING, KV_ROWS_USED, BATCH_ROWS, STEP_TIME, ENGINE_FAILURES, REPLICAS)
 
 
 def reap_dead_processes(path: str) -> None:

@@ -69,7 +69,7 @@ def model_card(info: ModelInfo, created: int) -> ModelCard:
         id=info.id, created=created, family=info.family, languages=[lang.code for lang in info.target_languages],
         source_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.source_languages],
         target_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.target_languages],
-        default_beam_size=info.default_beam_size, device=info.device, dtype=info.dtype,
+        default_beam_size=info.default_beam_size, device=info.device, dtype=info.dtype, replicas=info.replicas,
         limits=ModelLimits(max_texts=info.max_texts, max_input_tokens=info.max_input_tokens,
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams,
                            max_request_chars=info.max_request_chars, max_document_chars=info.max_document_chars,

@@ -168,6 +168,8 @@ class ModelCard(BaseModel):
     device: str = Field(description="where the model runs: cpu or cuda")
     dtype: str = Field(description="the number format its weights run in (float32, bfloat16, float16, int8)")
     limits: ModelLimits
+    replicas: int | None = Field(None, description="Ray Serve: the model replicas serving now (autoscaling "
+                                                   "changes it); null without Ray Serve")
 
 
 class ModelList(BaseModel):

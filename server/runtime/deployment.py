@@ -18,6 +18,7 @@ them equal), so `python -m server` and `serve run` queue alike.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import replace
@@ -36,6 +37,7 @@ from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJo
 from ..errors import QueueFull
 from ..front import ModelRegistry, ModelService
 from ..settings import Settings
+from .autoscaling import ReplicaCount, Scaling, autoscaling_config, graceful_shutdown_timeout_s, running_replicas
 from .cluster_document_store import cluster_document_store
 from .cluster_key_store import cluster_glossary_store, cluster_key_store
 from .forwarding import ReplicaModels
@@ -43,6 +45,7 @@ from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
 from .process import set_engine_threads
 
+log = logging.getLogger("ray.serve")  # what Serve writes to each replica's log (a logger of our own goes nowhere)
 CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
 
 
@@ -80,6 +83,8 @@ class ModelServer:
         # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
         set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
         self.loaded: dict[str, ModelService] = {}
+        self.replicas = ReplicaCount(log)  # this deployment's, for /v1/models and the s2s_replicas gauge
+        self.draining = False  # set when Serve removes this replica: readiness then says so
 
         # Serve's multiplexer takes its model count when it wraps the loader: here, where the settings are known.
         # It wraps a function (it keeps its LRU as an attribute of what it wraps, which a bound method refuses).
@@ -96,11 +101,31 @@ class ModelServer:
             server = uvicorn_server(app, self.settings, lifespan="off")
             sock = reuseport_socket(self.settings.host, self.settings.port)
             self.http = server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        # started here, where the replica's event loop runs
+        self.following = asyncio.get_running_loop().create_task(self.follow_replicas())
         return app
+
+    async def follow_replicas(self, every_s: float = 1.0) -> None:
+        """Reads the deployment's replica count from Serve's controller every `every_s` while this replica runs."""
+        context = serve.get_replica_context()
+        while True:
+            try:
+                # at least this one: a replica serves before the controller has marked it running
+                count = max(1, await asyncio.to_thread(running_replicas, context.app_name, context.deployment))
+            except Exception as e:  # the controller restarting: the count stays as last read
+                log.debug("replica count unavailable: %s", e)
+            else:
+                if self.replicas.update(count):
+                    metrics.REPLICAS.labels(context.app_name).set(count)
+            await asyncio.sleep(every_s)
 
     async def __del__(self):
         """Serve's graceful shutdown: this replica's HTTP server stops accepting and drains, then the app shuts
-        down."""
+        down. Serve's routers have stopped sending it requests, and with its proxy, Serve waited for the ones it
+        had (up to graceful_shutdown_timeout_s)."""
+        self.draining = True
+        if getattr(self, "following", None) is not None:
+            self.following.cancel()
         if getattr(self, "http", None) is not None:
             server, serving = self.http
             server.should_exit = True
@@ -130,6 +155,8 @@ class ModelServer:
 
     # ---- health and operations ----------------------------------------------------------------------------
     def health(self, stale_after_s: float) -> tuple[bool, str]:
+        if self.draining:
+            return False, "draining: this replica is being removed and finishes the requests it has"
         return services_health(list(self.loaded.values()), stale_after_s)
 
     def check_health(self) -> None:
@@ -150,13 +177,14 @@ class ModelServer:
 
 
 def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0,
-          health_check_period_s: float = 5):
+          health_check_period_s: float = 5, scaling: Scaling | None = None):
     """The application: ModelServer replicas (the HTTP app and the engines), with every Serve option of theirs set
-    here (a Serve config's `deployments:` section may override them). A relative key store is resolved here, where
+    here (a Serve config's `deployments:` section may override them): `replicas` of them, or with `scaling` as
+    many as the load asks for (runtime.autoscaling). A relative key store is resolved here, where
     the application is built (on the head node, whose file every replica's counts go to: runtime.cluster_key_store)."""
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))
     model_server = ModelServer.options(
-        num_replicas=replicas,
+        **({"autoscaling_config": autoscaling_config(settings, scaling)} if scaling else {"num_replicas": replicas}),
         **request_limits(settings),
         backpressure_config={"status_code": QueueFull.status, "retry_after_s": QueueFull.retry_after_s},
         health_check_period_s=health_check_period_s,
@@ -165,6 +193,7 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
         # default), so every stop, redeploy or replica replacement paid 2 s; __del__ drains this replica's own
         # HTTP server.
         graceful_shutdown_wait_loop_s=0.25,
+        graceful_shutdown_timeout_s=graceful_shutdown_timeout_s(settings),
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
     )
     return model_server.bind(settings, registry)

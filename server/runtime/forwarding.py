@@ -5,6 +5,7 @@ multiplexing to a replica that holds it or loads it."""
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, AsyncIterator
 
 from ray import serve
@@ -12,7 +13,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJob, TranslationResult
+from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from ..errors import EngineFailed, QueueFull, ServerError
 from ..front import ModelService
 from .local import RegisteredModels
@@ -96,6 +97,9 @@ class ReplicaModels(RegisteredModels):
             context = serve.get_replica_context()
             self.handle = serve.get_deployment_handle(context.deployment, app_name=context.app_name)
         return RemoteModel(self.handle, name, serve.get_replica_context().replica_id.unique_id, self.local)
+
+    def models(self) -> list[ModelInfo]:
+        return [replace(info, replicas=self.server.replicas.value) for info in super().models()]
 
     async def local(self, name: str) -> ModelService:
         """The model in this replica, loaded here if need be, through the multiplexer: it keeps the LRU order."""

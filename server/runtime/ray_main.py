@@ -6,6 +6,7 @@ Joining an existing (multi-machine) cluster is deliberate: `--ray-address HOST:P
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import signal
@@ -17,17 +18,23 @@ import urllib.request
 from dataclasses import replace
 
 from ..settings import Settings
+from .autoscaling import ReplicaCount, Scaling, running_replicas
 
 APP_NAME = "s2s"
+log = logging.getLogger("server")
 
 
 # Read by Serve's HTTP proxies at start, on any cluster: a request whose replica died gets a 503 (ReplicaLost).
 PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.runtime.ray_main.proxy_middlewares"}
 
+# Proxies and handles report their ongoing requests to the autoscaler every second, not every 10 s (Serve's
+# default), so that the profile's delays (runtime.autoscaling), not the reports, set how fast replicas follow.
+AUTOSCALING_ENV = {"RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1"}
+
 # Read by Ray at import, inherited by every process of a local instance: loopback only, and proxy checks
 # patient enough for a small busy machine (Serve restarts a proxy that is not ready within 5 s by default).
 LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
-                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30", **PROXY_ENV}
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30", **PROXY_ENV, **AUTOSCALING_ENV}
 
 
 def keep_replica_grpc_on_loopback() -> None:
@@ -143,12 +150,14 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         # ray.init installs its own SIGTERM handler, and a background job may ignore SIGINT: set both here.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        settings = replace(settings, replica_http=not args.serve_proxy)
+        scaling = scaling_of(args)
+        # Serve scales on the requests its proxy and handles count: a replica serving HTTP itself counts none
+        settings = replace(settings, replica_http=not (args.serve_proxy or scaling))
         serve.start(proxy_location="Disabled" if settings.replica_http else None,
                     http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
         app = build(settings, registry, args.replicas, num_cpus=args.replica_cpus,
-                    num_gpus=args.replica_gpus if gpu else 0)
+                    num_gpus=args.replica_gpus if gpu else 0, scaling=scaling)
         deploy(app, APP_NAME, route_prefix="/")
         url = f"http://{settings.host}:{settings.port}"
         ready_after = wait_ready(url, 300)
@@ -156,13 +165,32 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
               f"{ready_after:.1f} s after deploy); Ctrl-C or SIGTERM stops", flush=True)
         # A timed wait: Python runs a signal's handler in the main thread, which a signal delivered to another
         # thread (Ray's do not block signals) does not wake from a wait without a timeout.
+        replicas = ReplicaCount(log)
         while not stop.wait(0.5):
-            pass
+            try:
+                replicas.update(running_replicas(APP_NAME, "ModelServer"))
+            except Exception as e:  # the controller restarting, or Ray stopping under a Ctrl-C: serving goes on
+                log.debug("replica count unavailable: %s", e)
         return 0
     finally:
         print("shutting down", flush=True)
         shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def scaling_of(args: argparse.Namespace) -> Scaling | None:
+    """The autoscaling the flags ask for; None: a fixed --replicas. Raises ValueError for flags that disagree."""
+    bounds = (args.min_replicas, args.max_replicas)
+    delays = (args.upscale_delay_s, args.downscale_delay_s)
+    if bounds == (None, None):
+        if delays != (None, None):
+            raise ValueError("--upscale-delay-s and --downscale-delay-s need --min-replicas and --max-replicas")
+        return None
+    if None in bounds:
+        raise ValueError("autoscaling needs both --min-replicas and --max-replicas")
+    if args.replicas != 1:
+        raise ValueError("--replicas is a fixed count: give it or --min-replicas/--max-replicas, not both")
+    return Scaling(*bounds, *delays)
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,4 +199,11 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HTTP through Serve's proxies, which hand each request to a replica (by default each "
                              "replica serves HTTP on the port itself)")
     parser.add_argument("--replica-cpus", type=float, default=1)
+    scaling = parser.add_argument_group("autoscaling (through Serve's proxy: implies --serve-proxy)")
+    scaling.add_argument("--min-replicas", type=int, help="replicas kept when idle; with --max-replicas")
+    scaling.add_argument("--max-replicas", type=int, help="replicas under load at most; with --min-replicas")
+    scaling.add_argument("--upscale-delay-s", type=float, help="load must last this long before a replica is added "
+                                                               "(default: the profile's, deploy/README.md)")
+    scaling.add_argument("--downscale-delay-s", type=float,
+                         help="load must have dropped this long before a replica is removed (default: the profile's)")
     parser.add_argument("--replica-gpus", type=float, default=1, help="GPUs per replica when the machine has any")

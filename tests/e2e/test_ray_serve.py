@@ -592,3 +592,51 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
         unknown = translate(url, text="x", model=nllb, target_lang="xx")
         assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "target_lang"
         assert len(handle.describe.remote().result()["models"]) == 2  # the least recently used was evicted
+
+
+def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothing(serve_url):
+    """min 1 / max 2 replicas with short delays (runtime.autoscaling): 8 clients at once take the count (in
+    /v1/models and the s2s_replicas gauge) to 2; then one client alone, streaming, whose streams go on while Serve
+    removes a replica (it drains what it has), sees the count back at 1. Every request answers 200 and every
+    stream ends with [DONE]."""
+    from server.runtime.autoscaling import Scaling
+
+    settings = replace(SETTINGS, max_batch_rows=2)  # target: 1 ongoing request per replica
+    scaling = Scaling(1, 2, upscale_delay_s=1, downscale_delay_s=2)
+    with deployed("autoscaled", [], settings, scaling=scaling):
+        url = f"{serve_url}/autoscaled"
+        statuses: list[int | str] = []
+        burst_over, done = threading.Event(), threading.Event()
+
+        def client(until: threading.Event):
+            with httpx.Client(timeout=60) as http:
+                while not until.is_set():
+                    body = {"text": "one hundred and twenty three", "target_lang": "de"}
+                    statuses.append(http.post(f"{url}/v1/translate", json=body).status_code)
+
+        def streaming_client():
+            body = {"text": ">>fr<< one hundred and twenty three", "stream": True}
+            with httpx.Client(timeout=60) as http:
+                while not done.is_set():
+                    with http.stream("POST", f"{url}/v1/generate", json=body) as response:
+                        ended = "data: [DONE]" in response.read().decode()
+                        statuses.append(response.status_code if ended or response.status_code != 200 else "cut")
+
+        def replicas() -> tuple[int, float]:
+            listed = {m["replicas"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+            return listed.pop() if len(listed) == 1 else listed, Scrape.of(url).get("s2s_replicas", app="autoscaled")
+
+        threads = [threading.Thread(target=streaming_client, daemon=True)]
+        threads += [threading.Thread(target=client, args=(burst_over,), daemon=True) for _ in range(7)]
+        for thread in threads:
+            thread.start()
+        try:
+            assert eventually(lambda: replicas() == (2, 2), timeout=40, interval=0.5), replicas()
+            burst_over.set()  # the streaming client goes on; Serve's look-back window (30 s) sets how long this takes
+            assert eventually(lambda: replicas() == (1, 1), timeout=50, interval=0.5), replicas()
+        finally:
+            burst_over.set()
+            done.set()
+            for thread in threads:
+                thread.join(10)
+        assert statuses and set(statuses) == {200}, sorted(set(statuses))

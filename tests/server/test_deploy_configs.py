@@ -510,3 +510,30 @@ def test_grafana_dashboard_uses_only_exported_metrics():
             names = promql_metric_names(target["expr"])
             assert names and names <= exported, f"{panel['title']}: unknown metrics {sorted(names - exported)}"
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+# --- autoscaling ---------------------------------------------------------------------------------------------------
+
+def test_config_writes_the_autoscaling_profile_the_app_derives(config):
+    """The autoscaling_config and graceful shutdown timeout the config writes are the profile build() derives
+    from its args (runtime.autoscaling) for the config's replica bounds, so `serve run` scales as `python -m server
+    --min-replicas ... --max-replicas ...` does."""
+    from server.runtime.autoscaling import (
+        Scaling,
+        autoscaling_config,
+        graceful_shutdown_timeout_s,
+    )
+
+    app = config["applications"][0]
+    settings = Settings(**{k: Settings.coerce(k, v) for k, v in app["args"].items() if k not in BUILD_APP_KEYS})
+    configured = deployment(config, "ModelServer")
+    bounds = Scaling(configured["autoscaling_config"]["min_replicas"], configured["autoscaling_config"]["max_replicas"])
+    assert configured["autoscaling_config"] == autoscaling_config(settings, bounds)
+    assert configured["graceful_shutdown_timeout_s"] == graceful_shutdown_timeout_s(settings)
+
+
+def test_rayservice_proxies_report_load_as_python_m_server_does():
+    from server.runtime.ray_main import AUTOSCALING_ENV
+
+    head = rayservice()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert AUTOSCALING_ENV.items() <= {e["name"]: e["value"] for e in head["env"]}.items()

@@ -1,0 +1,82 @@
+"""Locust file: locustfile.py's users under a staged load (loadtests.stages: ramp up, hold, ramp down, idle),
+recording per stage the replica count (from /v1/models, each second), throughput, failures and p50/p95.
+
+    python -m loadtests.run --staged --users 16 --duration 2m --idle 90s --out results/staged   # the usual way
+    locust -f loadtests/staged.py --headless --host ... --peak-users 16 --stage-s 120 --idle-s 90 --stages-out DIR
+
+Writes DIR/stages.csv and DIR/timeline.csv (t, users, replicas) when the test stops.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import gevent
+from locust import LoadTestShape, events
+from locustfile import PollerUser, StreamUser, TranslateUser, workload  # noqa: F401 (the users locust runs)
+from stages import Recorder, plan
+
+SAMPLE_EVERY_S = 1.0
+recording: dict = {}  # recorder, start (monotonic s), sampler (its greenlet): set when the test starts
+
+
+@events.init_command_line_parser.add_listener
+def add_arguments(parser) -> None:
+    group = parser.add_argument_group("stages")
+    group.add_argument("--peak-users", type=int, default=16, help="users held in the hold stage")
+    group.add_argument("--stage-s", type=float, default=120, help="ramp up, hold and ramp down together (1:2:1)")
+    group.add_argument("--idle-s", type=float, default=90, help="then no users this long")
+    group.add_argument("--stages-out", default=".", help="directory for stages.csv and timeline.csv")
+
+
+class StagedShape(LoadTestShape):
+    def tick(self):
+        options = self.runner.environment.parsed_options
+        stages = plan(options.peak_users, options.stage_s, options.idle_s)
+        t = self.get_run_time()
+        stage = next((s for s in stages if s.start_s <= t < s.end_s), None)
+        return None if stage is None else (stage.users_at(t), 100)
+
+
+def replicas(host: str) -> int | None:
+    """The replica count /v1/models reports (None without Ray Serve, or when the server does not answer)."""
+    request = urllib.request.Request(f"{host.rstrip('/')}/v1/models", headers=workload.headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return next((card.get("replicas") for card in json.load(response)["data"]), None)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def sample(environment, recorder: Recorder, start: float) -> None:
+    while True:
+        count = replicas(environment.host)
+        recorder.sample(time.monotonic() - start, environment.runner.user_count, count)
+        gevent.sleep(SAMPLE_EVERY_S)
+
+
+@events.test_start.add_listener
+def start_recording(environment, **_) -> None:
+    options = environment.parsed_options
+    recorder = Recorder(plan(options.peak_users, options.stage_s, options.idle_s))
+    recording.update(recorder=recorder, start=time.monotonic())
+    recording["sampler"] = gevent.spawn(sample, environment, recorder, recording["start"])
+
+
+@events.request.add_listener
+def record_request(request_type, name, response_time, exception, **_) -> None:
+    if "recorder" in recording and request_type != "SSE":  # SSE rows are stream timings, not requests
+        recording["recorder"].request(time.monotonic() - recording["start"], name, response_time,
+                                      exception is not None)
+
+
+@events.test_stop.add_listener
+def write_stages(environment, **_) -> None:
+    if "recorder" in recording:
+        recording["sampler"].kill()
+        out = Path(environment.parsed_options.stages_out)
+        out.mkdir(parents=True, exist_ok=True)
+        recording["recorder"].write(out)

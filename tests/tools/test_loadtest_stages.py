@@ -1,0 +1,43 @@
+"""loadtests.stages: the staged plan, what each stage records, its table and chart; run.py's --staged command."""
+
+from loadtests.charts import stage_chart
+from loadtests.run import locust_command, parse_args, run_seconds
+from loadtests.stages import Recorder, plan, read_csv, stage_at, table
+
+
+def test_plan_ramps_up_holds_ramps_down_and_idles():
+    stages = plan(peak_users=16, duration_s=120, idle_s=90)
+    assert [(s.name, s.start_s, s.end_s) for s in stages] == [
+        ("ramp-up", 0, 30), ("hold", 30, 90), ("ramp-down", 90, 120), ("idle", 120, 210)]
+    assert [stage_at(stages, t).users_at(t) for t in (0, 15, 60, 105, 150)] == [1, 8, 16, 8, 0]
+    assert stage_at(stages, 210) is None  # the shape then stops the test
+
+
+def test_recorder_summarizes_each_stage(tmp_path):
+    recorder = Recorder(plan(peak_users=4, duration_s=40, idle_s=10))
+    for t, replicas in ((1, 1), (12, 2), (25, 2), (35, 2), (45, 1)):
+        recorder.sample(t, 4, replicas)
+    for ms in (100, 200, 300):
+        recorder.request(15, "/v1/translate", ms, failed=False)
+    recorder.request(15, "/v1/models", 5, failed=False)
+    recorder.request(32, "/v1/translate", 0, failed=True)
+    recorder.write(tmp_path)
+    rows = read_csv(tmp_path / "stages.csv")
+    hold = rows[1]
+    assert (hold["stage"], hold["replicas_min"], hold["replicas_max"], hold["requests"], hold["failures"],
+            hold["p50_ms"]) == ("hold", "2", "2", "4", "0", "200")
+    assert (rows[2]["failures"], rows[2]["p50_ms"], rows[3]["replicas_end"]) == ("1", "", "1")
+    assert "| hold | 10-30 | 4-4 | 2-2, 2 | 4 | 0 | 0.2 | 200 | 290 |" in table(rows)
+    stage_chart(tmp_path, tmp_path / "stages.png", "test")
+    assert (tmp_path / "stages.png").stat().st_size > 0
+
+
+def test_staged_run_passes_the_stages_to_locust(tmp_path):
+    args = parse_args(["--staged", "--users", "8", "--duration", "1m", "--idle", "30s", "--out", str(tmp_path)])
+    command = locust_command(args, 8, tmp_path)
+    assert command[command.index("-f") + 1].endswith("staged.py")
+    assert command[command.index("--peak-users") + 1] == "8" and command[command.index("--idle-s") + 1] == "30"
+    assert run_seconds(args) == 90
+    steady = parse_args(["--out", str(tmp_path)])
+    assert locust_command(steady, 4, tmp_path)[locust_command(steady, 4, tmp_path).index("-f") + 1].endswith(
+        "locustfile.py")
