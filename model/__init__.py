@@ -23,9 +23,10 @@ from .transformer import Seq2SeqTransformer
 from .translator import Translation, Translator
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Glossary", "Hypothesis", "MarkupError", "ModelBundle",
-           "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation", "Translator",
-           "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir", "detect_language", "detectable", "is_repo_id",
-           "iso_code", "keep_freed_memory", "load", "match_language", "native_bfloat16", "new_tokens_within", "prepare",
-           "read_file", "resolve_dtype", "resolve_placement", "term_constraints", "term_ids", "text_content",
-           "word_alignments", "written_as"]
+           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Glossary", "Hypothesis", "MarkupError",
+           "ModelBundle", "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation",
+           "Translator", "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir",
+           "detect_language", "detectable", "is_repo_id", "iso_code", "keep_freed_memory", "load", "match_language",
+           "native_bfloat16", "new_tokens_within", "prepare", "read_file", "resolve_dtype", "resolve_placement",
+           "term_constraints", "term_ids", "text_content", "word_alignments",
+           "written_as"]

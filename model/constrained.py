@@ -44,7 +44,8 @@ class Constraints:
         self.start: State = (0,) * len(sequences)
 
     def advance(self, state: State, token: int) -> State:
-        return tuple(p if p == len(c) else self._match(i, p, token) for i, (c, p) in enumerate(zip(self.sequences, state)))
+        return tuple(p if p == len(c) else self._match(i, p, token)
+                     for i, (c, p) in enumerate(zip(self.sequences, state)))
 
     def _match(self, i: int, matched: int, token: int) -> int:
         c, fallback = self.sequences[i], self.fallback[i]

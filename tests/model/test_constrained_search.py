@@ -124,7 +124,7 @@ def test_a_constraint_the_model_spells_anyway_changes_nothing(bundles, family):
     """Greedy and beam search: the same tokens and score as without the constraint."""
     bundle = bundles(family)
     compared = 0
-    for key, ids in enumerate(sources(bundle, 3, seed=2)):
+    for key, ids in enumerate(sources(bundle, 2, seed=2)):
         for params in (DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4)):
             (plain, _), = decode(bundle.network, [(key, ids, params)], params.rows).values()
             tokens = [t for t in plain[0].token_ids if t != bundle.config.eos_token_id]
@@ -134,7 +134,7 @@ def test_a_constraint_the_model_spells_anyway_changes_nothing(bundles, family):
             (got, _), = decode(bundle.network, [(key, ids, constrained)], constrained.rows).values()
             assert got == plain
             compared += 1
-    assert compared >= 3, "too few outputs long enough to take a constraint from"
+    assert compared >= 2, "too few outputs long enough to take a constraint from"
 
 
 def test_a_constraint_longer_than_the_limit_ends_with_the_best_partial_hypothesis(bundles):
@@ -166,7 +166,7 @@ def test_the_cache_follows_the_beams_a_teacher_forced_pass_gives_the_same_scores
             assert h.score == pytest.approx(expected, abs=1e-4)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_a_constrained_sequence_shares_steps_without_changing_its_own_or_the_others_outputs(bundles, dtype):
     bundle = bundles("marian", dtype)
     rng = random.Random(5)
