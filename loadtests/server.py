@@ -123,7 +123,23 @@ def served(host: str, server_args: str, log: Path, ready_timeout_s: float = 180.
         yield process
     finally:
         code = stop_group(process, stop_timeout_s)
-        print(f"server stopped (exit code {code})", flush=True)
+        # Ray's workers (a replica serving the port itself among them) live in sessions of their own: killed with
+        # the driver's, they exit when they notice, seconds to tens of seconds later. A next run needs the port.
+        released = port_released(address.hostname, address.port, stop_timeout_s)
+        print(f"server stopped (exit code {code}){'' if released else f'; {host} still answers'}", flush=True)
+
+
+def port_released(hostname: str, port: int, timeout_s: float) -> bool:
+    """Whether nothing listens at hostname:port any more, within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((hostname, port), timeout=1).close()
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def tail(path: Path, lines: int = 20) -> str:
