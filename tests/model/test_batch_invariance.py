@@ -11,12 +11,14 @@ must find a difference.
 """
 
 import random
+from functools import partial
 
 import pytest
 import torch
+from batch_decoding import decode_joining
 from marian_fixtures import WORDS_EN, build_checkpoint
 
-from model import BatchDecoder, DecodeParams, Translator, load, quantize
+from model import DecodeParams, Translator, load, quantize
 from model.cpu_kernels import use_onednn_linears
 from model.layers import RMSNorm, attended_length, attention
 from model.quantize import quantize_in_blocks
@@ -118,33 +120,10 @@ def sources(bundle, count: int, seed: int) -> list[list[int]]:
     return [bundle.source(text, *languages).ids for text in texts]
 
 
-def decode(network, entries, capacity: int, join_at_most: int) -> dict:
-    """Decode entries (key, ids, params) through one BatchDecoder, at most `join_at_most` joining per step, as
-    rows free up → {key: (results, [log-probabilities of its rows at each step])}."""
-    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=NEW_TOKENS)
-    steps, results, pending = {}, {}, list(entries)
-    advance = decoder._advance
-
-    def recording(searches, scores, logprobs):
-        for key, search in decoder.searches.items():
-            steps.setdefault(key, []).append(logprobs[search.rows].clone())
-        return advance(searches, scores, logprobs)
-
-    decoder._advance = recording
-    while pending or decoder.searches:
-        joining = []
-        while (pending and len(joining) < join_at_most
-               and decoder.free_rows - sum(p.num_beams for _, _, p in joining) >= pending[0][2].num_beams):
-            joining.append(pending.pop(0))
-        if joining:
-            decoder.admit(joining)
-        for event in decoder.step():
-            if event.results is not None:
-                results[event.key] = event.results
-    return {key: (results[key], steps[key]) for key in results}
 
 
 NEW_TOKENS = 10
+decode = partial(decode_joining, max_new_tokens=NEW_TOKENS)
 MODES = {
     "greedy": DecodeParams(max_new_tokens=NEW_TOKENS),
     "beam 4, n-best": DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4, num_return_sequences=4),

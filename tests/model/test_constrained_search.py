@@ -3,22 +3,25 @@ model spells anyway changes nothing, the cache follows the beams, and a constrai
 with others without changing theirs or its own outputs."""
 
 import random
+from functools import partial
 
 import pytest
 import torch
 
+from batch_decoding import decode_joining
 from family_fixtures import build_nllb
 from marian_fixtures import WORDS_EN
 from text2text_fixtures import build_bart, build_t5
 
 from dataclasses import replace
 
-from model import BatchDecoder, DecodeParams, load
+from model import DecodeParams, load
 from model.constrained import Constraints
 
 pytestmark = pytest.mark.slow
 
 NEW_TOKENS = 12
+decode = partial(decode_joining, max_new_tokens=NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -49,30 +52,6 @@ def word_ids(bundle, rng: random.Random, count: int) -> list[tuple[int, ...]]:
     return [tuple(bundle.tokenizer.encode_target(rng.choice(WORDS_EN)))[:3] for _ in range(count)]
 
 
-def decode(network, entries, capacity: int, join_per_step: int = 2) -> dict:
-    """{key: (hypotheses, [log-probabilities of its rows at every step])}: entries (key, ids, params) join a running
-    batch `join_per_step` at a time as rows free up."""
-    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=NEW_TOKENS)
-    steps, results, pending = {}, {}, list(entries)
-    advance = decoder._advance
-
-    def recording(searches, scores, logprobs):
-        for key, search in decoder.searches.items():
-            steps.setdefault(key, []).append(logprobs[search.rows].clone())
-        return advance(searches, scores, logprobs)
-
-    decoder._advance = recording
-    while pending or decoder.searches:
-        joining = []
-        while (pending and len(joining) < join_per_step
-               and decoder.free_rows - sum(p.rows for _, _, p in joining) >= pending[0][2].rows):
-            joining.append(pending.pop(0))
-        if joining:
-            decoder.admit(joining)
-        for event in decoder.step():
-            if event.results is not None:
-                results[event.key] = event.results
-    return {key: (results[key], steps[key]) for key in results}
 
 
 def contains(tokens: list[int], part: tuple[int, ...]) -> bool:
