@@ -141,7 +141,9 @@ def test_the_load_run_went_through_the_runner_against_ray_serve(dry_run):
     with open(locust / "locust_failures.csv", newline="") as f:
         assert list(csv.DictReader(f)) == []
     names = {e["name"] for e in entries}
-    assert {"/v1/translate", "/v1/generate [stream]", "ttft", "/readyz"} <= names, names
+    # which translate task a user picks is random (a single text 3 times in 4): a 5-s run may see only one of them
+    assert any(name.startswith("/v1/translate") for name in names), names
+    assert {"/v1/generate [stream]", "ttft", "/readyz"} <= names, names
     report = json.loads((out / "report.json").read_text())
     runner = next(c for s in report["steps"] for c in s["commands"] if c["label"] == "locust")
     assert "ttft p95" in runner["stdout"]
