@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from .glossary_entries import Entries
 from .sqlite_file import StoreError, Transaction, open_file
 
 SCHEMA = """
@@ -33,6 +35,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     source_lang TEXT,                   -- NULL: detected
     target_lang TEXT NOT NULL,
     model TEXT,                         -- NULL: the model the languages resolve to
+    glossary TEXT NOT NULL,             -- the (source term, target term) pairs every chunk keeps, as JSON
     status TEXT NOT NULL,               -- queued | translating | done | error
     characters INTEGER NOT NULL,        -- the file's text: what is translated and billed
     characters_done INTEGER NOT NULL DEFAULT 0,
@@ -56,6 +59,7 @@ class Job:
     source_lang: str | None
     target_lang: str
     model: str | None
+    glossary: Entries  # read from the glossary when the job was submitted: its later edits change no job
     status: str
     characters: int
     characters_done: int
@@ -65,6 +69,11 @@ class Job:
     started: float | None
     heartbeat: float | None
     finished: float | None
+
+    @classmethod
+    def from_row(cls, row) -> "Job":
+        fields = dict(zip(cls.__dataclass_fields__, row))
+        return cls(**fields | {"glossary": tuple(map(tuple, json.loads(fields["glossary"])))})
 
     @property
     def download_name(self) -> str:
@@ -114,17 +123,18 @@ class DocumentStore:
 
     @one_at_a_time
     def submit(self, owner: str, filename: str, suffix: str, output_suffix: str, source_lang: str | None,
-               target_lang: str, model: str | None, characters: int, data: bytes) -> tuple[str, str]:
+               target_lang: str, model: str | None, glossary: Entries, characters: int,
+               data: bytes) -> tuple[str, str]:
         """A queued job for the file `data`: its (id, key). The file is written before the row exists, so a job
         that can be claimed always has its file."""
         job_id, key = secrets.token_hex(16).upper(), secrets.token_hex(32).upper()
         self.path(job_id, "in").write_bytes(data)
         with Transaction(self.db):
             self.db.execute("INSERT INTO jobs (id, key, owner, filename, suffix, output_suffix, source_lang, "
-                            "target_lang, model, status, characters, created) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+                            "target_lang, model, glossary, status, characters, created) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
                             (job_id, _hash(key), owner, filename, suffix, output_suffix, source_lang, target_lang,
-                             model, characters, self.clock()))
+                             model, json.dumps(glossary), characters, self.clock()))
         return job_id, key
 
     @one_at_a_time
@@ -133,7 +143,7 @@ class DocumentStore:
         tells nothing about the id)."""
         row = self.db.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ? AND key = ? AND owner = ?",
                               (job_id, _hash(key), owner)).fetchone()
-        return Job(*row) if row else None
+        return Job.from_row(row) if row else None
 
     @one_at_a_time
     def claim(self, stale_s: float, attempts: int) -> Job | None:
@@ -150,7 +160,7 @@ class DocumentStore:
                 f"characters_done = 0 WHERE id = (SELECT id FROM jobs WHERE status = 'queued' OR "
                 f"(status = 'translating' AND heartbeat < ?) ORDER BY created LIMIT 1) RETURNING {COLUMNS}",
                 (now, now, now - stale_s)).fetchone()
-        return Job(*row) if row else None
+        return Job.from_row(row) if row else None
 
     @one_at_a_time
     def upload(self, job_id: str) -> bytes:

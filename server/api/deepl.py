@@ -142,14 +142,16 @@ async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     return await caller_of(request, AUTH_KEY, params, work), params
 
 
-async def glossary_terms(request: Request, who: str, form: DeepLTranslateForm) -> Entries:
-    """The entries of the glossary the request names (none without glossary_id)."""
-    if form.glossary_id is None:
+async def glossary_terms(request: Request, who: str, glossary_id: str | None, source_lang: str | None,
+                         target_lang: str) -> Entries:
+    """The entries of the glossary a text or document request names (none without glossary_id), in DeepL's errors:
+    400 without source_lang or for a glossary without that language pair, 404 for one unknown to the caller's key."""
+    if glossary_id is None:
         return ()
-    if not form.source_lang:
+    if not source_lang:
         raise InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")
     glossaries = served(request).glossaries
-    return await glossaries.terms(glossaries.owner(who), form.glossary_id, form.source_lang, form.target_lang)
+    return await glossaries.terms(glossaries.owner(who), glossary_id, source_lang, target_lang)
 
 
 @router.post("/v2/translate", response_model=DeepLTranslateResponse)
@@ -162,7 +164,7 @@ async def translate(request: Request):
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
     check_languages(state, form.source_lang, form.target_lang)
-    glossary = await glossary_terms(request, who, form)
+    glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),

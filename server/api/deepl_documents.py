@@ -2,7 +2,8 @@
 `POST /v2/document` (multipart: file, target_lang, source_lang?, formality?, glossary_id?, output_format?) →
 `{document_id, document_key}`; `POST /v2/document/{id}` with `{document_key}` → `{document_id, status,
 seconds_remaining?, billed_characters?, error_message?}`; `POST /v2/document/{id}/result` → the file once, then the
-job is gone. An unknown id, or a key or caller not its own, is a 404; a result asked for before it is done a 503
+job is gone. `glossary_id` keeps its terms in every part of the document, refused at upload as /v2/translate refuses
+it. An unknown id, or a key or caller not its own, is a 404; a result asked for before it is done a 503
 "Document translation is not done" (the client's DocumentNotReadyException). Errors in DeepL's shape (deepl.STYLE).
 """
 
@@ -19,7 +20,7 @@ from model import SUFFIXES
 
 from ..document_store import Job
 from ..errors import InvalidRequest
-from .deepl import STYLE, caller, check_languages, invalid, missing
+from .deepl import STYLE, caller, check_languages, glossary_terms, invalid, missing
 from .deps import served
 from .downloads import attachment
 from .reading import present, validated
@@ -52,16 +53,15 @@ async def upload(request: Request):
     if not isinstance(file, UploadFile):
         raise InvalidRequest(missing("file"), field="file")
     form = validated(DocumentForm, present(params, list(DocumentForm.model_fields)), missing, invalid)
-    if form.glossary_id is not None:
-        raise InvalidRequest("No glossaries are served here (see /v2/glossary-language-pairs).", field="glossary_id")
     check_languages(state, form.source_lang, form.target_lang)
+    glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     filename = PurePath(file.filename or "file").name
     if PurePath(filename).suffix.lower() not in SUFFIXES:
         raise InvalidRequest(invalid("file", f"the file type of {filename!r}; supported: {', '.join(SUFFIXES)}"),
                              field="file")
     document_id, key = await state.jobs.submit(
         who, await file.read(), filename, canonical(form.source_lang) if form.source_lang else None,
-        canonical(form.target_lang), form.output_format)
+        canonical(form.target_lang), form.output_format, glossary=glossary)
     return {"document_id": document_id, "document_key": key}
 
 

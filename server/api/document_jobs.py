@@ -22,6 +22,7 @@ from model import written_as
 from ..document_store import Job
 from ..errors import InvalidRequest, ServerError
 from ..front import ModelProvider, dispatch
+from ..glossary_entries import Entries
 from ..settings import Settings
 from .access import Keys
 
@@ -63,15 +64,16 @@ class DocumentJobs:
         self.task: asyncio.Task | None = None
 
     async def submit(self, owner: str, data: bytes, filename: str, source_lang: str | None, target_lang: str,
-                     output_format: str | None = None, model: str | None = None) -> tuple[str, str]:
+                     output_format: str | None = None, model: str | None = None,
+                     glossary: Entries = ()) -> tuple[str, str]:
         """A queued job's (id, key); the file is read now, so a damaged one or one over the job limits is refused
-        before anything is stored."""
+        before anything is stored. `glossary`: the (source term, target term) pairs every chunk keeps."""
         suffix = PurePath(filename).suffix.lower()
         written = output_suffix(suffix, output_format)
         parsed = await dispatch.read_document(self.provider, data, suffix)
         dispatch.check_job(self.provider, parsed)
         handle = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
-                                       parsed.characters, data)
+                                       glossary, parsed.characters, data)
         self.submitted.set()
         return handle
 
@@ -159,7 +161,7 @@ class DocumentJobs:
             translated = await dispatch.translate_file(
                 self.provider, parsed, job.source_lang, job.target_lang, job.model,
                 spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
-                progress=progress)
+                progress=progress, glossary=job.glossary)
             await self.store.call("finish", job.id, translated)
         except asyncio.CancelledError:
             await self.store.call("release", job.id)

@@ -1,8 +1,9 @@
 """The native API's document jobs (the same jobs as DeepL's document routes): `POST /v1/documents` (multipart:
-file, target_lang, source_lang?, output_format?, model?) → 202 `{document_id, document_key, status}`;
-`GET /v1/documents/{id}` → its status and progress; `GET /v1/documents/{id}/result` → the translated file, once.
-The document key travels in the `X-Document-Key` header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or
-caller, 503 `not_ready` before the file is done.
+file, target_lang, source_lang?, output_format?, model?, glossary_id? or glossary?, as /v1/translate/file takes
+them) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` → its status and progress;
+`GET /v1/documents/{id}/result` → the translated file, once. The document key travels in the `X-Document-Key`
+header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or caller, 503
+`not_ready` before the file is done.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations as objects.
@@ -21,6 +22,7 @@ from ..errors import BadBody, InvalidRequest, UnknownModel
 from ..front import dispatch
 from .deps import caller, served
 from .downloads import attachment
+from .native_glossaries import job_glossary, json_object
 from .served_languages import ServedLanguages
 
 KEY_HEADER = "x-document-key"
@@ -82,7 +84,8 @@ def form_text(form, name: str, max_length: int = FIELD_LENGTH) -> str | None:
 async def submit(request: Request):
     """A file queued for translation (.txt, .html, .srt, .docx, ...): poll its status, then fetch its result."""
     state = served(request)
-    upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model"))
+    upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model", "glossary_id",
+                                               "glossary"), lengths={"glossary": state.settings.max_body_bytes})
     if fields["model"] is not None and fields["model"] not in {info.id for info in state.provider.models()}:
         raise UnknownModel(f"model {fields['model']!r} is not served", field="model")
     if dispatch.is_auto(fields["source_lang"], detect_missing=False):
@@ -93,9 +96,13 @@ async def submit(request: Request):
         if (code or side == "target") and not (code and languages.supports(code, side)):
             raise InvalidRequest(f"{side}_lang {code!r} is not served; served: {getattr(languages, side + 's')}",
                                  field=f"{side}_lang")
+    glossary = await job_glossary(state, caller(request), fields["glossary_id"],
+                                  json_object(fields["glossary"], "glossary"), fields["source_lang"],
+                                  fields["target_lang"])
     document_id, key = await state.jobs.submit(owner(request), await upload.read(),
                                                PurePath(upload.filename or "file").name, fields["source_lang"],
-                                               fields["target_lang"], fields["output_format"], fields["model"])
+                                               fields["target_lang"], fields["output_format"], fields["model"],
+                                               glossary)
     return DocumentSubmitted(document_id=document_id, document_key=key)
 
 
@@ -123,7 +130,8 @@ async def result(document_id: str, request: Request):
 def add_routes(routes: APIRouter) -> None:
     routes.add_api_route("/v1/documents", submit, methods=["POST"], status_code=202,
                          response_model=DocumentSubmitted,
-                         openapi_extra=form_schema("source_lang", "target_lang", "model", "output_format"))
+                         openapi_extra=form_schema("source_lang", "target_lang", "model", "output_format",
+                                                   "glossary_id", "glossary"))
     routes.add_api_route("/v1/documents/{document_id}", status, methods=["GET"], response_model=DocumentProgress,
                          response_model_exclude_none=True)
     routes.add_api_route("/v1/documents/{document_id}/result", result, methods=["GET"],

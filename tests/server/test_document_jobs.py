@@ -1,7 +1,8 @@
 """Document jobs through DeepL's document routes (in process, the demo model): a job's states, its file translated as
 each text alone, billed characters, one download then gone; another caller's or key's 404; a result before it is
-done 503; files refused at upload (format, output_format, job limits); a job's chunks and measured progress; a job
-whose process died taken over, or ended as an error once tried too often."""
+done 503; files refused at upload (format, output_format, job limits); a job's chunks and measured progress; a glossary
+kept in every chunk, or refused as /v2/translate refuses it; a job whose process died taken over, or ended as an error
+once tried too often."""
 
 import time
 from dataclasses import replace
@@ -11,7 +12,9 @@ from hostile_files import docx_bytes
 from server_process import eventually, in_process_client
 
 from model import text_content
+from server.api.deepl import GLOSSARY_NEEDS_SOURCE
 from server.document_store import DocumentStore
+from server.front import dispatch
 from server.settings import Settings
 
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000, max_request_chars=2_000,
@@ -132,12 +135,62 @@ def test_chunks_hold_consecutive_texts_within_the_limit():
     ("a.txt", b"seven", {"output_format": "pdf"}, "output_format 'pdf' is not available for a .txt document"),
     ("a.txt", "seven. " * 1000, {}, "Request too large: 7000 characters; at most 6000"),
     ("a.txt", b"seven", {"target_lang": "JA"}, "Value for 'target_lang' not supported."),
-    ("a.txt", b"seven", {"glossary_id": "g"}, "No glossaries are served here"),
 ])
 def test_files_refused_at_upload(client, name, data, form, message):
     response = upload(client, name, data.encode() if isinstance(data, str) else data, **form)
     assert response.status_code in (400, 413), response.text
     assert message in response.json()["message"]
+
+
+@pytest.fixture
+def glossary(client):
+    """key-a's EN→DE glossary, made through DeepL's API: a term the model alone never says (zweiundvierzig)."""
+    r = client.post("/v2/glossaries", json={"name": "numbers", "source_lang": "EN", "target_lang": "DE",
+                                            "entries": "forty-two\tdreiundvierzig", "entries_format": "tsv"},
+                    headers=A)
+    assert r.status_code == 201, r.text
+    yield r.json()["glossary_id"]
+    client.delete(f"/v2/glossaries/{r.json()['glossary_id']}", headers=A)
+
+
+def test_a_glossary_is_kept_in_every_chunk_of_a_job(client, glossary, monkeypatch):
+    chunks = []
+    original = dispatch._translate
+
+    async def recording(provider, job, *args):
+        chunks.append(job)
+        return await original(provider, job, *args)
+
+    monkeypatch.setattr(dispatch, "_translate", recording)
+    lines = [f"{n} forty-two." for n in ("one", "two", "three", "four", "five", "six", "seven", "eight")]
+    handle = upload(client, "long.txt", "\n\n".join(lines).encode(), source_lang="EN", glossary_id=glossary).json()
+    assert finished(client, handle)["status"] == "done"
+    translated = result(client, handle).text.split("\n\n")
+    assert len(translated) == len(lines) and all("dreiundvierzig" in line for line in translated), translated
+    assert len(chunks) > 1 and {job.glossary for job in chunks} == {(("forty-two", "dreiundvierzig"),)}
+    bearer = {"Authorization": "Bearer key-a"}
+    for form in ({"glossary_id": glossary}, {"glossary": '{"seven": "acht"}'}):  # the native API's jobs too
+        submitted = client.post("/v1/documents", files={"file": ("a.txt", b"forty-two")},
+                                data={"source_lang": "en", "target_lang": "de", **form}, headers=bearer)
+        assert submitted.status_code == 202, submitted.text
+        keyed = {**bearer, "X-Document-Key": submitted.json()["document_key"]}
+        eventually(lambda: client.get(f"/v1/documents/{submitted.json()['document_id']}", headers=keyed)
+                   .json()["status"] == "done", 60)
+    assert [job.glossary for job in chunks[-2:]] == [(("forty-two", "dreiundvierzig"),), (("seven", "acht"),)]
+
+
+@pytest.mark.parametrize("form, headers, status, message", [
+    ({}, A, 400, GLOSSARY_NEEDS_SOURCE),
+    ({"source_lang": "EN", "glossary_id": "00000000-0000-0000-0000-000000000000"}, A, 404, "Glossary not found"),
+    ({"source_lang": "EN"}, B, 404, "Glossary not found"),  # key-a's glossary, asked for by key-b
+    ({"source_lang": "EN", "target_lang": "FR"}, A, 400, "The glossary has no dictionary from en to fr"),
+])
+def test_a_document_glossary_is_refused_as_a_texts_is(client, glossary, form, headers, status, message):
+    form = {"glossary_id": glossary, **form}
+    document = upload(client, "a.txt", b"seven", headers=headers, **form)
+    text = client.post("/v2/translate", data={"text": "seven", "target_lang": "DE", **form}, headers=headers)
+    assert (document.status_code, document.json()) == (text.status_code, text.json())
+    assert document.status_code == status and message in document.json()["message"]
 
 
 def test_no_file_and_no_key(client):
@@ -166,7 +219,8 @@ def test_the_native_api_runs_the_same_jobs(client, alone):
 
 
 @pytest.mark.parametrize("form, field", [({"target_lang": "ja"}, "target_lang"), ({}, "target_lang"),
-                                         ({"target_lang": "de", "source_lang": "xx"}, "source_lang")])
+                                         ({"target_lang": "de", "source_lang": "xx"}, "source_lang"),
+                                         ({"target_lang": "de", "glossary_id": "g"}, "source_lang")])
 def test_the_native_api_refuses_languages_not_served(client, form, field):
     response = client.post("/v1/documents", files={"file": ("a.txt", b"seven")}, data=form,
                            headers={"Authorization": "Bearer key-a"})
@@ -176,7 +230,7 @@ def test_the_native_api_refuses_languages_not_served(client, form, field):
 def test_seconds_remaining_from_measured_progress():
     from server.document_store import Job
 
-    job = Job(*(["id", "owner", "a.txt", ".txt", ".txt", None, "de", None, "translating", 1000, 250, 1, None, 0.0,
+    job = Job(*(["id", "owner", "a.txt", ".txt", ".txt", None, "de", None, (), "translating", 1000, 250, 1, None, 0.0,
                  100.0, None, None]))
     assert job.seconds_remaining(110.0) == 30  # 250 characters in 10 s: 750 more in 30 s
     assert Job(**{**job.__dict__, "characters_done": 0}).seconds_remaining(110.0) is None
@@ -185,7 +239,7 @@ def test_seconds_remaining_from_measured_progress():
 def test_a_job_whose_process_died_is_taken_over_then_ends_as_an_error(tmp_path):
     now = [1000.0]
     store = DocumentStore(tmp_path, clock=lambda: now[0])
-    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, 5, b"seven")
+    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, (), 5, b"seven")
     assert store.claim(stale_s=30, attempts=2).id == job_id
     assert store.claim(stale_s=30, attempts=2) is None  # running, its heartbeat fresh
     now[0] += 31
@@ -201,7 +255,7 @@ def test_a_job_whose_process_died_is_taken_over_then_ends_as_an_error(tmp_path):
 def test_finished_jobs_expire(tmp_path):
     now = [time.time()]
     store = DocumentStore(tmp_path, clock=lambda: now[0])
-    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, 5, b"seven")
+    job_id, key = store.submit("me", "a.txt", ".txt", ".txt", None, "de", None, (), 5, b"seven")
     store.claim(30, 2)
     store.finish(job_id, b"sieben")
     now[0] += 100
