@@ -1,7 +1,7 @@
 """DeepL's glossaries through a real server (python -m server --no-ray, demo model, three API keys, at most 3
-glossaries a key): the official `deepl` client unchanged (every v2 and v3 glossary method, translate_text with a
-glossary, its exceptions), a Weblate-like sync over plain HTTP, two keys that never see each other's glossaries, and
-the glossaries kept across a restart. One server process, restarted once at the end.
+glossaries a key): the official `deepl` client unchanged (every v2 and v3 glossary method, translate_text and a
+document with a glossary, its exceptions), a Weblate-like sync over plain HTTP, two keys that never see each other's
+glossaries, and the glossaries kept across a restart. One server process, restarted once at the end.
 
 test_translate_text_keeps_the_glossary_terms needs the engine to honour TranslationJob.glossary: until that lands,
 it fails (the API fills the job's glossary; tests/server/test_glossaries_server.py checks that)."""
@@ -13,7 +13,7 @@ import deepl
 import httpx
 import pytest
 from deepl.api_data import MultilingualGlossaryDictionaryEntries as Dictionary
-from server_process import running_server
+from server_process import eventually, running_server
 
 KEY, OTHER_KEY, WEBLATE_KEY = "glossary-key", "other-glossary-key", "weblate-key"
 FRENCH = {"forty-two": "quarante-trois", "seven": "huit"}  # different from what the model says: only a kept glossary
@@ -119,6 +119,15 @@ def test_translate_text_keeps_the_glossary_terms(client, glossary):
                                     target_lang="FR", glossary=glossary)
     assert "quarante-trois" in results[0].text, results[0].text
     assert "huit" in results[1].text, results[1].text
+
+
+def test_translate_document_keeps_the_glossary_terms(client, glossary):
+    """A .txt document job with the glossary: each of its paragraphs keeps the glossary's target terms."""
+    handle = client.translate_document_upload(b"one hundred and forty-two\n\nseven thousand", filename="n.txt",
+                                              source_lang="EN", target_lang="FR", glossary=glossary)
+    assert eventually(lambda: client.translate_document_get_status(handle).done, 30)
+    forty_two, seven = client.translate_document_download(handle).content.decode().split("\n\n")
+    assert "quarante-trois" in forty_two and "huit" in seven, (forty_two, seven)
 
 
 def test_v3_multilingual_glossary(client):
