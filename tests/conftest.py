@@ -59,6 +59,23 @@ def alone():
     return lambda text: translator.translate([text], target_lang="de")[0].text
 
 
+@pytest.fixture
+def jobs(monkeypatch) -> list:
+    """The translation jobs the front receives in this test (a file's or a document job's: one a chunk), recorded as
+    they pass: what an API filled in, its glossary included."""
+    from server.front import dispatch
+
+    seen = []
+    original = dispatch._translate
+
+    async def recording(provider, job, *args):
+        seen.append(job)
+        return await original(provider, job, *args)
+
+    monkeypatch.setattr(dispatch, "_translate", recording)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("checkpoints")

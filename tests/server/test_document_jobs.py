@@ -14,7 +14,6 @@ from server_process import eventually, in_process_client
 from model import text_content
 from server.api.deepl import GLOSSARY_NEEDS_SOURCE
 from server.document_store import DocumentStore
-from server.front import dispatch
 from server.settings import Settings
 
 SETTINGS = Settings(dtype="float32", max_batch_rows=16, max_body_bytes=200_000, max_request_chars=2_000,
@@ -153,21 +152,13 @@ def glossary(client):
     client.delete(f"/v2/glossaries/{r.json()['glossary_id']}", headers=A)
 
 
-def test_a_glossary_is_kept_in_every_chunk_of_a_job(client, glossary, monkeypatch):
-    chunks = []
-    original = dispatch._translate
-
-    async def recording(provider, job, *args):
-        chunks.append(job)
-        return await original(provider, job, *args)
-
-    monkeypatch.setattr(dispatch, "_translate", recording)
+def test_a_glossary_is_kept_in_every_chunk_of_a_job(client, glossary, jobs):
     lines = [f"{n} forty-two." for n in ("one", "two", "three", "four", "five", "six", "seven", "eight")]
     handle = upload(client, "long.txt", "\n\n".join(lines).encode(), source_lang="EN", glossary_id=glossary).json()
     assert finished(client, handle)["status"] == "done"
     translated = result(client, handle).text.split("\n\n")
     assert len(translated) == len(lines) and all("dreiundvierzig" in line for line in translated), translated
-    assert len(chunks) > 1 and {job.glossary for job in chunks} == {(("forty-two", "dreiundvierzig"),)}
+    assert len(jobs) > 1 and {job.glossary for job in jobs} == {(("forty-two", "dreiundvierzig"),)}
     bearer = {"Authorization": "Bearer key-a"}
     for form in ({"glossary_id": glossary}, {"glossary": '{"seven": "acht"}'}):  # the native API's jobs too
         submitted = client.post("/v1/documents", files={"file": ("a.txt", b"forty-two")},
@@ -176,7 +167,7 @@ def test_a_glossary_is_kept_in_every_chunk_of_a_job(client, glossary, monkeypatc
         keyed = {**bearer, "X-Document-Key": submitted.json()["document_key"]}
         eventually(lambda: client.get(f"/v1/documents/{submitted.json()['document_id']}", headers=keyed)
                    .json()["status"] == "done", 60)
-    assert [job.glossary for job in chunks[-2:]] == [(("forty-two", "dreiundvierzig"),), (("seven", "acht"),)]
+    assert [job.glossary for job in jobs[-2:]] == [(("forty-two", "dreiundvierzig"),), (("seven", "acht"),)]
 
 
 @pytest.mark.parametrize("form, headers, status, message", [

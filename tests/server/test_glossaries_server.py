@@ -6,7 +6,6 @@ import pytest
 from server_process import in_process_client
 
 from server.errors import TooManyGlossaries
-from server.front import dispatch
 from server.glossary_store import GlossaryStore, NewDictionary
 from server.settings import Settings
 from server.sqlite_file import StoreError
@@ -20,20 +19,6 @@ def client(tmp_path_factory):
     store = tmp_path_factory.mktemp("store") / "keys.sqlite"
     with in_process_client(Settings(dtype="float32", key_store=str(store), **LIMITS)) as c:
         yield c
-
-
-@pytest.fixture
-def jobs(monkeypatch):
-    """The jobs the front receives: the glossary a request fills is seen nowhere else until the engine keeps it."""
-    seen = []
-    original = dispatch._translate
-
-    async def recording(provider, job, *args):
-        seen.append(job)
-        return await original(provider, job, *args)
-
-    monkeypatch.setattr(dispatch, "_translate", recording)
-    return seen
 
 
 @pytest.fixture
