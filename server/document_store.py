@@ -71,7 +71,7 @@ class Job:
     finished: float | None
 
     @classmethod
-    def from_row(cls, row) -> "Job":
+    def from_row(cls, row) -> Job:
         fields = dict(zip(cls.__dataclass_fields__, row))
         return cls(**fields | {"glossary": tuple(map(tuple, json.loads(fields["glossary"])))})
 
