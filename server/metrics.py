@@ -149,6 +149,12 @@ def scrape() -> bytes:
     return generate_latest(registry)
 
 
+def process_count(metric: Mirrored) -> int:
+    """This process's own total of the counter `metric`, over all its labels: in multiprocess mode /metrics sums
+    every process of the node, so one replica's share is read here (ModelServer.describe)."""
+    return int(sum(s.value for family in metric.prom.collect() for s in family.samples if s.name == metric.name))
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -171,9 +171,11 @@ class ModelServer:
             service.engine.stop()
 
     def describe(self) -> dict:
-        """Which replica and node this is, and the models it holds (most recently loaded last)."""
+        """Which replica and node this is, the models it holds (most recently loaded last) and how many HTTP
+        requests it has answered (with replica_http, the kernel spreads connections: this shows where they went)."""
         return {"replica": serve.get_replica_context().replica_id.unique_id, "pid": os.getpid(),
-                "node": ray.get_runtime_context().get_node_id(), "models": list(self.loaded)}
+                "node": ray.get_runtime_context().get_node_id(), "models": list(self.loaded),
+                "requests": metrics.process_count(metrics.REQUESTS)}
 
 
 def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0,
