@@ -1,10 +1,7 @@
 """DeepL's glossaries through a real server (python -m server --no-ray, demo model, three API keys, at most 3
 glossaries a key): the official `deepl` client unchanged (every v2 and v3 glossary method, translate_text and a
 document with a glossary, its exceptions), a Weblate-like sync over plain HTTP, two keys that never see each other's
-glossaries, and the glossaries kept across a restart. One server process, restarted once at the end.
-
-test_translate_text_keeps_the_glossary_terms needs the engine to honour TranslationJob.glossary: until that lands,
-it fails (the API fills the job's glossary; tests/server/test_glossaries_server.py checks that)."""
+glossaries, and the glossaries kept across a restart. One server process, restarted once at the end."""
 
 import contextlib
 from datetime import datetime
