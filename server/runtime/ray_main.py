@@ -18,8 +18,7 @@ import urllib.request
 from dataclasses import replace
 
 from ..settings import Settings
-from .autoscaling import (SHUTDOWN_MARGIN_S, ReplicaCount, Scaling, graceful_shutdown_timeout_s,
-                          running_replicas)
+from .autoscaling import SHUTDOWN_MARGIN_S, ReplicaCount, Scaling, graceful_shutdown_timeout_s, running_replicas
 
 APP_NAME = "s2s"
 log = logging.getLogger("server")
