@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import replace
 
 from ..settings import Settings
-from .autoscaling import ReplicaCount, Scaling, running_replicas
+from .autoscaling import SHUTDOWN_MARGIN_S, ReplicaCount, Scaling, graceful_shutdown_timeout_s, running_replicas
 
 APP_NAME = "s2s"
 log = logging.getLogger("server")
@@ -106,14 +106,37 @@ def start_ray(address: str | None, metrics_dir: str) -> None:
                  runtime_env=local_runtime_env(metrics_dir), log_to_driver=False)
 
 
-def shutdown(timeout_s: float = 30) -> None:
-    """Serve first (bounded: it hangs if Ctrl-C already killed Ray's own processes), then Ray."""
+def stop_serve() -> None:
+    """Serve's controller deletes the application (each replica finishes its requests first, for up to
+    graceful_shutdown_timeout_s) and its proxies, then kills itself; this returns once it has. serve.shutdown
+    waits the same way, but on a call that Serve lets Ray retry without end: its controller's death fails that
+    call, and Ray logs it as an error at every stop ("Task ServeController.graceful_shutdown failed ... will be
+    retried"). Here the call is not retried: the controller's death is its answer."""
     import ray
-    from ray import serve
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
-    stopper = threading.Thread(target=serve.shutdown, daemon=True)
+    if not ray.is_initialized():  # Ray never started
+        return
+    try:
+        controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:  # Serve never started
+        return
+    try:
+        ray.get(controller.graceful_shutdown.options(max_task_retries=0).remote())
+    except ray.exceptions.RayActorError:
+        pass
+
+
+def shutdown(timeout_s: float) -> None:
+    """Serve first, then Ray. Bounded by `timeout_s`: stopping Serve hangs if Ctrl-C already killed Ray's own
+    processes."""
+    import ray
+
+    stopper = threading.Thread(target=stop_serve, daemon=True)
     stopper.start()
     stopper.join(timeout_s)
+    if stopper.is_alive():
+        log.warning("Serve did not stop within %.0f s; stopping Ray", timeout_s)
     ray.shutdown()
 
 
@@ -174,7 +197,8 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         return 0
     finally:
         print("shutting down", flush=True)
-        shutdown()
+        # the replicas' drain, then the controller's own teardown
+        shutdown(graceful_shutdown_timeout_s(settings) + SHUTDOWN_MARGIN_S)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
