@@ -1,11 +1,12 @@
-"""What Serve's HTTP proxy does with a request whose replica died before it answered: it sends it once more, to
-another replica, and answers 503 with Retry-After only if that fails too.
+"""A request whose replica died before anything of its answer was sent back goes once more, to another replica,
+within the request's timeout; only if that fails too does it end with 503 and Retry-After (`once_more_if_lost`, the
+one policy). Two places send requests to replicas, and both follow it: Serve's HTTP proxy (`RetryLostReplica`, which
+the proxy loads at start: RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names `proxy_middlewares`, runtime.ray_main sets
+it) and a replica forwarding a job for a model it does not hold (runtime.forwarding).
 
-Serve's proxy alone answers such a request with a bare 500 (nothing sent: the proxy keeps ActorDiedError to
-itself). Its router has then marked the dead replica as such, so the second attempt goes to a live one. Only a
-request that has had nothing sent back is sent again (a stream that started cannot be resumed), only once, and
-only within the request's timeout, counted from its arrival. The proxy loads this middleware at start
-(RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names `proxy_middlewares`, runtime.ray_main sets it).
+Serve's router marks a replica dead when a request to it fails with its death, so the second attempt goes to a
+live one. A stream that started is never sent again (its client has part of it); a request is sent again at most once.
+Serve's proxy alone answers such a request with a bare 500.
 """
 
 from __future__ import annotations
@@ -13,12 +14,41 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-log = logging.getLogger("ray.serve")  # the proxy's log
+from ..errors import EngineFailed
+
+log = logging.getLogger("ray.serve")  # what Serve writes to its processes' logs
+T = TypeVar("T")
+
+
+class ReplicaLost(EngineFailed):
+    """The replica an attempt went to died before anything of its answer was sent back (503, Retry-After)."""
+
+
+async def once_more_if_lost(attempt: Callable[[asyncio.Timeout | None], Awaitable[T]], timeout_s: float,
+                            arrived: float) -> T:
+    """`attempt(None)`; if it raises ReplicaLost, `attempt(timeout)` once more, under the request's timeout,
+    `timeout_s` from `arrived` (event loop time); the attempt may lift `timeout` once its answer starts (a stream
+    may run long: the replica bounds its own work). Raises ReplicaLost when the second is lost too or runs late."""
+    try:
+        return await attempt(None)
+    except ReplicaLost:
+        retried_at = time.monotonic()
+    try:
+        async with asyncio.timeout_at(arrived + timeout_s) as timeout:
+            result = await attempt(timeout)
+    except TimeoutError:
+        raise ReplicaLost("the replica serving this request died, and its retry did not answer in time; "
+                          "retry") from None
+    log.info("a request whose replica died was answered by another, %.1f s later", time.monotonic() - retried_at)
+    return result
 
 
 class RetryLostReplica:
-    """ASGI middleware around Serve's proxy. `timeout_s`: the request's timeout (Settings.request_timeout_s)."""
+    """ASGI middleware around Serve's HTTP proxy, which sends nothing back when a request's replica dies.
+    `timeout_s`: the request's timeout (Settings.request_timeout_s)."""
 
     def __init__(self, app, timeout_s: float):
         self.app, self.timeout_s = app, timeout_s
@@ -26,46 +56,38 @@ class RetryLostReplica:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
-        received, disconnected = [], False
+        arrived = asyncio.get_running_loop().time()
+        received, position, disconnected = [], 0, False
 
-        async def recorded():  # the request's messages, kept to replay them to the second attempt
-            nonlocal disconnected
-            message = await receive()
-            disconnected = disconnected or message["type"] == "http.disconnect"
-            if not disconnected:
-                received.append(message)
+        async def request_message():  # an attempt's: replayed from the record, then read (and recorded)
+            nonlocal position, disconnected
+            if position < len(received):
+                message = received[position]
+            else:
+                message = await receive()
+                disconnected = disconnected or message["type"] == "http.disconnect"
+                if not disconnected:
+                    received.append(message)
+            position += 1
             return message
 
-        if await self.answered(scope, recorded, send) or disconnected:
-            return
-        retried_at = time.monotonic()
-        replayed = list(received)
-
-        async def replay():
-            return replayed.pop(0) if replayed else await recorded()
+        async def attempt(timeout: asyncio.Timeout | None) -> None:
+            nonlocal position
+            position = 0
+            if not await self.answered(scope, request_message, send, timeout) and not disconnected:
+                raise ReplicaLost("the replica serving this request died; retry")
 
         try:
-            async with asyncio.timeout_at(deadline) as timeout:
-                if await self.answered(scope, replay, send, timeout):
-                    log.info("%s %s: its replica died; answered by another after %.1f s", scope["method"],
-                             scope["path"], time.monotonic() - retried_at)
-                    return
-        except TimeoutError:
-            pass
-        if disconnected:  # the client left: nobody to answer
-            return
-        from ..api.app import render
-        from ..api.errors import route_path
-        from ..errors import EngineFailed
+            await once_more_if_lost(attempt, self.timeout_s, arrived)
+        except ReplicaLost as error:
+            if not disconnected:  # else nobody is there to answer
+                from ..api.app import render
+                from ..api.errors import route_path
 
-        error = EngineFailed("the replica serving this request died, and so did its retry or it ran out of time; "
-                             "retry")
-        await render(route_path(scope), error)(scope, receive, send)
+                await render(route_path(scope), error)(scope, receive, send)
 
-    async def answered(self, scope, receive, send, timeout: asyncio.Timeout | None = None) -> bool:
-        """One attempt through the proxy; False when its replica died before anything was sent back. Once the
-        answer starts, `timeout` no longer applies (the replica bounds its own work; a stream may run long)."""
+    async def answered(self, scope, receive, send, timeout: asyncio.Timeout | None) -> bool:
+        """One attempt through the proxy; False when nothing was sent back. Lifts `timeout` once the answer starts."""
         started = False
 
         async def watched(message):
@@ -77,7 +99,7 @@ class RetryLostReplica:
             await send(message)
 
         try:
-            await self.app(scope, receive, watched)
+            await self.app(dict(scope), receive, watched)  # a copy: the proxy rewrites its path for the replica
         except Exception:
             if started:
                 raise
