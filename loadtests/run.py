@@ -176,7 +176,9 @@ def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str,
         raise RuntimeError(f"locust {problem}; its log ({log}) ends:\n{tail(log)}")
     history_chart(directory / "locust_stats_history.csv", directory / "chart.png", f"{name}, {users} users")
     if staged_locust(args):
-        stage_chart(directory, directory / "stages.png", f"{name}: stages up to {users} users")
+        title = f"{name}: stages up to {users} users" if args.staged else \
+            f"{name}: {users} users, a replica killed at {args.kill_replica_at} s"
+        stage_chart(directory, directory / "stages.png", title)
         print(stages_table(read_csv(directory / "stages.csv")))
     if args.kill_replica_at is not None:
         kill = directory / "kill.json"
