@@ -14,6 +14,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from ..api.streaming import opened
 from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull, ServerError
 from ..front import ModelService
@@ -39,8 +40,8 @@ class RemoteModel:
     """The ModelService interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
     back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
-    unary call to itself only adds a hop. A unary job whose replica died goes once more (runtime.replica_lost);
-    a stream is not sent again."""
+    unary call to itself only adds a hop. A job whose replica died before answering (a stream: before its first
+    event) goes once more (runtime.replica_lost)."""
 
     def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local, timeout_s: float):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
@@ -65,6 +66,15 @@ class RemoteModel:
         return await getattr(await self.local(self.name), method)(job)
 
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+        arrived = asyncio.get_running_loop().time()
+        events = await once_more_if_lost(lambda _: opened(self._events_once(job)), self.timeout_s, arrived)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
+
+    async def _events_once(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         async with self._route("generate_stream", job, stream=True) as replica:
             if replica is not None:
                 stream = self.handle.dispatch(replica, job)
