@@ -1,11 +1,15 @@
-"""Serve's proxy with runtime.replica_lost around it, without Ray: a stand-in proxy whose replicas die before
-answering as often as a test says (as Serve's does, it then returns having sent nothing)."""
+"""runtime.replica_lost without Ray: Serve's proxy with the middleware around it (a stand-in proxy whose replicas
+die before answering as often as a test says: as Serve's does, it then returns having sent nothing), and the policy
+over a stream, as runtime.forwarding applies it."""
 
 import asyncio
+import contextlib
 
 import httpx
+import pytest
 
-from server.runtime.replica_lost import RetryLostReplica
+from server.api.streaming import opened
+from server.runtime.replica_lost import ReplicaLost, RetryLostReplica, once_more_if_lost
 
 
 class DyingProxy:
@@ -47,3 +51,24 @@ def test_a_second_death_or_a_retry_past_the_timeout_answers_503_with_retry_after
         assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
         assert response.json()["error"]["code"] == "engine_failed"
         assert len(proxy.bodies) == 2  # once retried, never more
+
+
+def test_a_stream_goes_once_more_only_if_its_replica_died_before_its_first_event():
+    async def stream(attempts: list, lost_after: int | None):
+        attempts.append(1)
+        for i in range(3):
+            if len(attempts) == 1 and i == lost_after:
+                raise ReplicaLost("the replica serving this request died; retry")
+            yield i
+
+    async def events(lost_after: int | None) -> tuple[list, list]:
+        attempts, received = [], []
+        opening = await once_more_if_lost(lambda _: opened(stream(attempts, lost_after)), 60,
+                                          asyncio.get_running_loop().time())
+        with pytest.raises(ReplicaLost) if lost_after else contextlib.nullcontext():
+            async for event in opening:
+                received.append(event)
+        return attempts, received
+
+    assert asyncio.run(events(lost_after=0)) == ([1, 1], [0, 1, 2])  # lost before anything: sent once more
+    assert asyncio.run(events(lost_after=2)) == ([1], [0, 1])  # lost mid-stream: its client has part of it
