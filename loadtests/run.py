@@ -19,6 +19,10 @@ The server caps beams at --max-batch-rows, so compare like with like: --locust-a
 then --idle with no users; it adds stages.csv, timeline.csv (replicas each second) and stages.png, and prints
 replica count, throughput, failures and p50/p95 per stage.
 
+--kill-replica-at S (with --start-server, Ray): --users all along --duration, and S seconds in, the busiest replica
+of the server is killed (SIGKILL, loadtests/replica_kill.py); the stages are before and after the kill, and the run
+prints how long Serve took to run a replacement (kill.json).
+
 Exit status: 0 when every run meets the SLO gates, 1 when one does not, 2 when a run could not be made.
 """
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .charts import history_chart, stage_chart, sweep_chart
+from .replica_kill import Kill
 from .server import served, start_group, stop_group, tail, wait_exited
 from .stages import read_csv
 from .stages import table as stages_table
@@ -98,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="stages instead of a steady load (loadtests/staged.py): up to --users over a quarter of "
                         "--duration, held half, down a quarter, then --idle with none; a table and chart by stage")
     p.add_argument("--idle", type=duration, default=duration("90s"), help="--staged: the last stage, no users")
+    p.add_argument("--kill-replica-at", type=duration,
+                   help="with --start-server (Ray): kill the busiest replica this far into a steady run")
     server = p.add_argument_group("server")
     server.add_argument("--start-server", action="store_true", help="start python -m server for the runs")
     server.add_argument("--server-args", default="", help="its arguments, e.g. \"--no-ray --model DIR\"")
@@ -112,6 +119,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--compare-server-args needs --start-server")
     if args.staged and args.sweep:
         p.error("--staged runs one load that changes by itself: no --sweep")
+    if args.kill_replica_at is not None and (not args.start_server or args.staged or args.sweep
+                                             or args.compare_server_args is not None
+                                             or args.kill_replica_at >= args.duration):
+        p.error("--kill-replica-at needs --start-server, one configuration and user count, no --staged, and a "
+                "time within --duration")
     return args
 
 
@@ -129,11 +141,18 @@ def run_seconds(args: argparse.Namespace) -> int:
     return args.duration + (args.idle if args.staged else 0)
 
 
-def locust_command(args: argparse.Namespace, users: int, directory: Path) -> list[str]:
+def staged_locust(args: argparse.Namespace) -> bool:
+    """Whether the run goes through staged.py: stages, or a replica killed between two."""
+    return args.staged or args.kill_replica_at is not None
+
+
+def locust_command(args: argparse.Namespace, users: int, directory: Path, server_pid: int | None = None) -> list[str]:
     prefix = str(directory / "locust")
     staged = ["--peak-users", str(users), "--stage-s", str(args.duration), "--idle-s", str(args.idle),
-              "--stages-out", str(directory)] if args.staged else []
-    return [sys.executable, "-m", "locust", "-f", str(STAGED_LOCUSTFILE if args.staged else LOCUSTFILE),
+              "--stages-out", str(directory)] if staged_locust(args) else []
+    if args.kill_replica_at is not None:
+        staged += ["--kill-at-s", str(args.kill_replica_at), "--server-pid", str(server_pid)]
+    return [sys.executable, "-m", "locust", "-f", str(STAGED_LOCUSTFILE if staged_locust(args) else LOCUSTFILE),
             "--headless", "--host", args.host, *staged,
             "--users", str(users), "--spawn-rate", str(args.spawn_rate), "--run-time", f"{run_seconds(args)}s",
             "--stop-timeout", str(STOP_TIMEOUT_S),
@@ -142,11 +161,12 @@ def locust_command(args: argparse.Namespace, users: int, directory: Path) -> lis
             *shlex.split(args.locust_args)]
 
 
-def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str) -> RunSummary:
+def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str,
+               server_pid: int | None = None) -> RunSummary:
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "locust.log"
     print(f"locust: {users} users for {run_seconds(args)} s against {args.host} -> {directory}", flush=True)
-    process = start_group(locust_command(args, users, directory), log)
+    process = start_group(locust_command(args, users, directory, server_pid), log)
     try:
         finished = wait_exited(process, run_seconds(args) + LOCUST_GRACE_S)
     finally:
@@ -155,9 +175,14 @@ def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str)
         problem = "did not stop in time" if not finished else f"exited with status {code}"
         raise RuntimeError(f"locust {problem}; its log ({log}) ends:\n{tail(log)}")
     history_chart(directory / "locust_stats_history.csv", directory / "chart.png", f"{name}, {users} users")
-    if args.staged:
-        stage_chart(directory, directory / "stages.png", f"{name}: stages up to {users} users")
+    if staged_locust(args):
+        title = f"{name}: stages up to {users} users" if args.staged else \
+            f"{name}: {users} users, a replica killed at {args.kill_replica_at} s"
+        stage_chart(directory, directory / "stages.png", title)
         print(stages_table(read_csv(directory / "stages.csv")))
+    if args.kill_replica_at is not None:
+        kill = directory / "kill.json"
+        print(Kill.read(kill).line() if kill.exists() else "killed replica: no replacement ran within the run")
     report_failures(directory / "locust_failures.csv")
     return summarize(stats_json(directory / "locust"), name, users)
 
@@ -180,8 +205,9 @@ def run_configuration(args: argparse.Namespace, config: Configuration, counts: l
     root = args.out / config.name if nested else args.out
     server = nullcontext() if config.server_args is None else served(
         args.host, config.server_args, root / "server.log", ready_timeout_s=args.server_ready_timeout)
-    with server:
-        return [run_locust(args, n, root / f"u{n}" if nested else root, config.name) for n in counts]
+    with server as process:
+        pid = None if process is None else process.pid
+        return [run_locust(args, n, root / f"u{n}" if nested else root, config.name, pid) for n in counts]
 
 
 def report(args: argparse.Namespace, results: dict[str, list[RunSummary]], slo: Slo, nested: bool) -> bool:

@@ -1,10 +1,13 @@
 """Locust file: locustfile.py's users under a staged load (loadtests.stages: ramp up, hold, ramp down, idle),
-recording per stage the replica count (from /v1/models, each second), throughput, failures and p50/p95.
+recording per stage the replica count (from /v1/models, each second), throughput, failures and p50/p95. With
+--kill-at-s, a steady load instead, before and after the busiest replica of the server --server-pid is killed
+(loadtests.replica_kill).
 
     python -m loadtests.run --staged --users 16 --duration 2m --idle 90s --out results/staged   # the usual way
     locust -f loadtests/staged.py --headless --host ... --peak-users 16 --stage-s 120 --idle-s 90 --stages-out DIR
 
-Writes DIR/stages.csv and DIR/timeline.csv (t, users, replicas) when the test stops.
+Writes DIR/stages.csv and DIR/timeline.csv (t, users, replicas) when the test stops, and DIR/kill.json
+(replica_kill.Kill) once a killed replica's replacement runs.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 import gevent
 from locust import LoadTestShape, events
 from locustfile import PollerUser, StreamUser, TranslateUser, workload  # noqa: F401 (the users locust runs)
-from stages import Recorder, plan
+from replica_kill import BUSIEST_OVER_S, kill_one_and_wait
+from stages import Recorder, Stage, kill_plan, plan
 
 SAMPLE_EVERY_S = 1.0
 recording: dict = {}  # recorder, start (monotonic s), sampler (its greenlet): set when the test starts
@@ -30,12 +34,21 @@ def add_arguments(parser) -> None:
     group.add_argument("--stage-s", type=float, default=120, help="ramp up, hold and ramp down together (1:2:1)")
     group.add_argument("--idle-s", type=float, default=90, help="then no users this long")
     group.add_argument("--stages-out", default=".", help="directory for stages.csv and timeline.csv")
+    group.add_argument("--kill-at-s", type=float, default=0,
+                       help="instead of the stages: --peak-users all along --stage-s, and the busiest replica of "
+                            "--server-pid killed this far into the run")
+    group.add_argument("--server-pid", type=int, help="with --kill-at-s: the `python -m server` process")
+
+
+def stages_of(options) -> list[Stage]:
+    if options.kill_at_s:
+        return kill_plan(options.peak_users, options.stage_s, options.kill_at_s)
+    return plan(options.peak_users, options.stage_s, options.idle_s)
 
 
 class StagedShape(LoadTestShape):
     def tick(self):
-        options = self.runner.environment.parsed_options
-        stages = plan(options.peak_users, options.stage_s, options.idle_s)
+        stages = stages_of(self.runner.environment.parsed_options)
         t = self.get_run_time()
         stage = next((s for s in stages if s.start_s <= t < s.end_s), None)
         return None if stage is None else (stage.users_at(t), 100)
@@ -51,6 +64,13 @@ def replicas(host: str) -> int | None:
         return None
 
 
+def kill_replica(environment, start: float) -> None:
+    options = environment.parsed_options
+    gevent.sleep(max(0.0, options.kill_at_s - BUSIEST_OVER_S))
+    kill = kill_one_and_wait(options.server_pid, lambda: replicas(environment.host), start)
+    kill.write(Path(options.stages_out) / "kill.json")
+
+
 def sample(environment, recorder: Recorder, start: float) -> None:
     while True:
         count = replicas(environment.host)
@@ -60,10 +80,11 @@ def sample(environment, recorder: Recorder, start: float) -> None:
 
 @events.test_start.add_listener
 def start_recording(environment, **_) -> None:
-    options = environment.parsed_options
-    recorder = Recorder(plan(options.peak_users, options.stage_s, options.idle_s))
+    recorder = Recorder(stages_of(environment.parsed_options))
     recording.update(recorder=recorder, start=time.monotonic())
     recording["sampler"] = gevent.spawn(sample, environment, recorder, recording["start"])
+    if environment.parsed_options.kill_at_s:
+        recording["killer"] = gevent.spawn(kill_replica, environment, recording["start"])
 
 
 @events.request.add_listener

@@ -38,6 +38,11 @@ def plan(peak_users: int, duration_s: float, idle_s: float) -> list[Stage]:
     return [Stage(name, edges[i], edges[i + 1], *users[i]) for i, name in enumerate(names)]
 
 
+def kill_plan(users: int, duration_s: float, kill_at_s: float) -> list[Stage]:
+    """`users` all along `duration_s`, as two stages: before and after a replica is killed at `kill_at_s`."""
+    return [Stage("before-kill", 0, kill_at_s, users, users), Stage("after-kill", kill_at_s, duration_s, users, users)]
+
+
 def stage_at(stages: list[Stage], t: float) -> Stage | None:
     return next((s for s in stages if s.start_s <= t < s.end_s), None)
 

@@ -4,6 +4,7 @@ multiplexing to a replica that holds it or loads it."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, AsyncIterator
@@ -13,10 +14,12 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from ..api.streaming import opened
 from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
-from ..errors import EngineFailed, QueueFull, ServerError
+from ..errors import QueueFull, ServerError
 from ..front import ModelService
 from .local import RegisteredModels
+from .replica_lost import ReplicaLost, once_more_if_lost
 
 if TYPE_CHECKING:
     from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
@@ -29,7 +32,7 @@ def unwrap(error: Exception) -> Exception:
     if isinstance(error, BackPressureError):
         return QueueFull("all model replicas are at their queue limit; retry later")
     if isinstance(error, RayActorError):
-        return EngineFailed("the replica serving this request died; retry")
+        return ReplicaLost("the replica serving this request died; retry")
     return error
 
 
@@ -37,11 +40,13 @@ class RemoteModel:
     """The ModelService interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
     back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
-    unary call to itself only adds a hop."""
+    unary call to itself only adds a hop. A job whose replica died before answering (a stream: before its first
+    event) goes once more (runtime.replica_lost)."""
 
-    def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local):
+    def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local, timeout_s: float):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
         self.this_replica, self.local = this_replica, local  # local: async (name) -> ModelService
+        self.timeout_s = timeout_s  # the request's (Settings.request_timeout_s)
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
         return await self._unary("translate", job)
@@ -50,6 +55,10 @@ class RemoteModel:
         return await self._unary("generate", job)
 
     async def _unary(self, method: str, job):
+        arrived = asyncio.get_running_loop().time()
+        return await once_more_if_lost(lambda _: self._unary_once(method, job), self.timeout_s, arrived)
+
+    async def _unary_once(self, method: str, job):
         """`method` of ModelServer (and of ModelService) on the replica Serve picks, or here."""
         async with self._route(method, job) as replica:
             if replica is not None:
@@ -57,6 +66,15 @@ class RemoteModel:
         return await getattr(await self.local(self.name), method)(job)
 
     async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+        arrived = asyncio.get_running_loop().time()
+        events = await once_more_if_lost(lambda _: opened(self._events_once(job)), self.timeout_s, arrived)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
+
+    async def _events_once(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         async with self._route("generate_stream", job, stream=True) as replica:
             if replica is not None:
                 stream = self.handle.dispatch(replica, job)
@@ -96,7 +114,8 @@ class ReplicaModels(RegisteredModels):
         if self.handle is None:
             context = serve.get_replica_context()
             self.handle = serve.get_deployment_handle(context.deployment, app_name=context.app_name)
-        return RemoteModel(self.handle, name, serve.get_replica_context().replica_id.unique_id, self.local)
+        return RemoteModel(self.handle, name, serve.get_replica_context().replica_id.unique_id, self.local,
+                           self.settings.request_timeout_s)
 
     def models(self) -> list[ModelInfo]:
         return [replace(info, replicas=self.server.replicas.value) for info in super().models()]

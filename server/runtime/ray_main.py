@@ -24,8 +24,9 @@ APP_NAME = "s2s"
 log = logging.getLogger("server")
 
 
-# Read by Serve's HTTP proxies at start, on any cluster: a request whose replica died gets a 503 (ReplicaLost).
-PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.runtime.ray_main.proxy_middlewares"}
+# Read by Serve's HTTP proxies at start, on any cluster: a request whose replica died is sent once more, to another
+# replica, and answers 503 with Retry-After only if that fails too (runtime.replica_lost).
+PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.runtime.replica_lost.proxy_middlewares"}
 
 # Proxies and handles report their ongoing requests to the autoscaler every second, not every 10 s (Serve's
 # default), so that the profile's delays (runtime.autoscaling), not the reports, set how fast replicas follow.
@@ -46,42 +47,6 @@ def keep_replica_grpc_on_loopback() -> None:
 
     bind = replica.add_port_to_grpc_server
     replica.add_port_to_grpc_server = lambda server, address: bind(server, address.replace("[::]", "127.0.0.1"))
-
-
-class ReplicaLost:
-    """ASGI middleware for Serve's HTTP proxy: a request whose replica died before it answered gets the native
-    503 with Retry-After (the proxy alone would answer a bare 500), so clients know to retry."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def watched(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched)
-        except Exception:
-            if started:
-                raise
-        if not started:
-            from ..api.errors import NATIVE
-            from ..errors import EngineFailed
-
-            await NATIVE.render(EngineFailed("the replica serving this request died; retry"))(scope, receive, send)
-
-
-def proxy_middlewares() -> list:
-    """Serve's HTTP proxies call this at start (RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names it)."""
-    from starlette.middleware import Middleware
-
-    return [Middleware(ReplicaLost)]
 
 
 def local_runtime_env(metrics_dir: str) -> dict:
@@ -165,6 +130,8 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
     metrics_dir = tempfile.mkdtemp(prefix="s2s-metrics-")
     started = time.monotonic()
     try:
+        # a local instance's proxies bound their retry of a lost replica's request by it (runtime.replica_lost)
+        os.environ[Settings.env_name("request_timeout_s")] = str(settings.request_timeout_s)
         start_ray(args.ray_address, metrics_dir)
         from ray import serve
 

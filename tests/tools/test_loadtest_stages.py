@@ -1,8 +1,16 @@
-"""loadtests.stages: the staged plan, what each stage records, its table and chart; run.py's --staged command."""
+"""loadtests.stages: the staged plan, what each stage records, its table and chart; run.py's --staged command;
+loadtests.replica_kill and run.py's --kill-replica-at."""
+
+import os
+import subprocess
+import sys
+
+import pytest
 
 from loadtests.charts import stage_chart
+from loadtests.replica_kill import Kill, busiest, replica_pids
 from loadtests.run import locust_command, parse_args, run_seconds
-from loadtests.stages import Recorder, plan, read_csv, stage_at, table
+from loadtests.stages import Recorder, kill_plan, plan, read_csv, stage_at, table
 
 
 def test_plan_ramps_up_holds_ramps_down_and_idles():
@@ -41,3 +49,34 @@ def test_staged_run_passes_the_stages_to_locust(tmp_path):
     steady = parse_args(["--out", str(tmp_path)])
     assert locust_command(steady, 4, tmp_path)[locust_command(steady, 4, tmp_path).index("-f") + 1].endswith(
         "locustfile.py")
+
+
+def test_kill_run_holds_the_users_before_and_after_the_kill_and_passes_the_server_to_locust(tmp_path):
+    stages = kill_plan(users=32, duration_s=90, kill_at_s=30)
+    assert [(s.name, s.start_s, s.end_s, s.users_at(s.start_s)) for s in stages] == [
+        ("before-kill", 0, 30, 32), ("after-kill", 30, 90, 32)]
+    args = parse_args(["--kill-replica-at", "30s", "--users", "32", "--duration", "90s", "--start-server",
+                       "--out", str(tmp_path)])
+    command = locust_command(args, 32, tmp_path, server_pid=1234)
+    assert command[command.index("-f") + 1].endswith("staged.py") and run_seconds(args) == 90
+    assert command[command.index("--kill-at-s") + 1] == "30" and command[command.index("--server-pid") + 1] == "1234"
+    for refused in (["--kill-replica-at", "30s"], ["--kill-replica-at", "90s", "--start-server"]):
+        with pytest.raises(SystemExit):
+            parse_args([*refused, "--duration", "90s", "--out", str(tmp_path)])
+    Kill(pid=7, at_s=30.2, replicas_before=2, recovered_after_s=8.04).write(tmp_path / "kill.json")
+    assert Kill.read(tmp_path / "kill.json").line() == \
+        "replica pid 7 (of 2) killed at 30 s; a replacement ran 8.0 s later"
+
+
+def test_the_replica_to_kill_is_the_busiest_of_this_process_tree():
+    """Two stand-in replicas (processes titled as Ray titles them), one busy: it is the one picked."""
+    code = "import sys, time\nwhile sys.argv[1] == 'busy': pass\ntime.sleep(60)"
+    stand_ins = {role: subprocess.Popen([sys.executable, "-c", code, role, "ray::ServeReplica:s2s:ModelServer"])
+                 for role in ("busy", "idle")}
+    try:
+        assert replica_pids(os.getpid()) >= {p.pid for p in stand_ins.values()}
+        assert busiest({p.pid for p in stand_ins.values()}, over_s=0.5) == stand_ins["busy"].pid
+    finally:
+        for process in stand_ins.values():
+            process.kill()
+            process.wait()

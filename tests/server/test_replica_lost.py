@@ -1,0 +1,74 @@
+"""runtime.replica_lost without Ray: Serve's proxy with the middleware around it (a stand-in proxy whose replicas
+die before answering as often as a test says: as Serve's does, it then returns having sent nothing), and the policy
+over a stream, as runtime.forwarding applies it."""
+
+import asyncio
+import contextlib
+
+import httpx
+import pytest
+
+from server.api.streaming import opened
+from server.runtime.replica_lost import ReplicaLost, RetryLostReplica, once_more_if_lost
+
+
+class DyingProxy:
+    """Reads the request's body, then its replica dies `deaths` times; after that it answers with the body it read,
+    `answer_after_s` late."""
+
+    def __init__(self, deaths: int, answer_after_s: float = 0.0):
+        self.deaths, self.answer_after_s, self.bodies = deaths, answer_after_s, []
+
+    async def __call__(self, scope, receive, send):
+        body = (await receive())["body"]
+        self.bodies.append(body)
+        if len(self.bodies) <= self.deaths:
+            return
+        await asyncio.sleep(self.answer_after_s)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def post(proxy: DyingProxy, timeout_s: float = 60) -> httpx.Response:
+    async def request():
+        transport = httpx.ASGITransport(app=RetryLostReplica(proxy, timeout_s=timeout_s))
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            return await client.post("/v1/translate", content=b'{"text": "hello"}')
+
+    return asyncio.run(request())
+
+
+def test_a_request_whose_replica_died_is_sent_once_more_with_its_body():
+    proxy = DyingProxy(deaths=1)
+    response = post(proxy)
+    assert (response.status_code, response.content) == (200, b'{"text": "hello"}')
+    assert proxy.bodies == [b'{"text": "hello"}'] * 2
+
+
+def test_a_second_death_or_a_retry_past_the_timeout_answers_503_with_retry_after():
+    for proxy, timeout_s in ((DyingProxy(deaths=2), 60), (DyingProxy(deaths=1, answer_after_s=5), 0.2)):
+        response = post(proxy, timeout_s)
+        assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
+        assert response.json()["error"]["code"] == "engine_failed"
+        assert len(proxy.bodies) == 2  # once retried, never more
+
+
+def test_a_stream_goes_once_more_only_if_its_replica_died_before_its_first_event():
+    async def stream(attempts: list, lost_after: int | None):
+        attempts.append(1)
+        for i in range(3):
+            if len(attempts) == 1 and i == lost_after:
+                raise ReplicaLost("the replica serving this request died; retry")
+            yield i
+
+    async def events(lost_after: int | None) -> tuple[list, list]:
+        attempts, received = [], []
+        opening = await once_more_if_lost(lambda _: opened(stream(attempts, lost_after)), 60,
+                                          asyncio.get_running_loop().time())
+        with pytest.raises(ReplicaLost) if lost_after else contextlib.nullcontext():
+            async for event in opening:
+                received.append(event)
+        return attempts, received
+
+    assert asyncio.run(events(lost_after=0)) == ([1, 1], [0, 1, 2])  # lost before anything: sent once more
+    assert asyncio.run(events(lost_after=2)) == ([1], [0, 1])  # lost mid-stream: its client has part of it
