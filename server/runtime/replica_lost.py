@@ -5,8 +5,8 @@ the proxy loads at start: RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names `proxy
 it) and a replica forwarding a job for a model it does not hold (runtime.forwarding).
 
 Serve's router marks a replica dead when a request to it fails with its death, so the second attempt goes to a
-live one. A stream that started is never sent again (its client has part of it); a request is sent again at most once.
-Serve's proxy alone answers such a request with a bare 500.
+live one. A stream that started is never sent again (its client has part of it); a request is sent again at most once,
+and only one whose work may run twice (`repeatable`). Serve's proxy alone answers such a request with a bare 500.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ from ..errors import EngineFailed
 
 log = logging.getLogger("ray.serve")  # what Serve writes to its processes' logs
 T = TypeVar("T")
+
+
+# The last part of the routes whose answer is computed from the request alone (translations, generations,
+# detections, listings): the dead replica may have done the work, and doing it again changes nothing stored.
+REPEATABLE_ENDINGS = frozenset({"translate", "generate", "completions", "detect", "file", "translate_file",
+                                "languages", "models", "usage"})
+
+
+def repeatable(method: str, path: str) -> bool:
+    """Whether a request lost with its replica may be sent again: not one that stores something (a glossary, a
+    document job, a deletion), which the dead replica may have stored already."""
+    return method in ("GET", "HEAD") or path.rstrip("/").rsplit("/", 1)[-1] in REPEATABLE_ENDINGS
 
 
 class ReplicaLost(EngineFailed):
@@ -78,7 +90,10 @@ class RetryLostReplica:
                 raise ReplicaLost("the replica serving this request died; retry")
 
         try:
-            await once_more_if_lost(attempt, self.timeout_s, arrived)
+            if repeatable(scope["method"], scope["path"]):
+                await once_more_if_lost(attempt, self.timeout_s, arrived)
+            else:
+                await attempt(None)
         except ReplicaLost as error:
             if not disconnected:  # else nobody is there to answer
                 from ..api.app import render

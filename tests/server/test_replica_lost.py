@@ -29,11 +29,11 @@ class DyingProxy:
         await send({"type": "http.response.body", "body": body})
 
 
-def post(proxy: DyingProxy, timeout_s: float = 60) -> httpx.Response:
+def post(proxy: DyingProxy, timeout_s: float = 60, path: str = "/v1/translate") -> httpx.Response:
     async def request():
         transport = httpx.ASGITransport(app=RetryLostReplica(proxy, timeout_s=timeout_s))
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
-            return await client.post("/v1/translate", content=b'{"text": "hello"}')
+            return await client.post(path, content=b'{"text": "hello"}')
 
     return asyncio.run(request())
 
@@ -51,6 +51,17 @@ def test_a_second_death_or_a_retry_past_the_timeout_answers_503_with_retry_after
         assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
         assert response.json()["error"]["code"] == "engine_failed"
         assert len(proxy.bodies) == 2  # once retried, never more
+
+
+def test_a_request_that_stores_something_is_not_sent_again():
+    """The dead replica may have stored the glossary or the document job already: the client decides."""
+    for path in ("/app/v2/glossaries", "/v3/glossaries/abc/dictionaries", "/v2/document", "/v1/documents"):
+        proxy = DyingProxy(deaths=1)
+        response = post(proxy, path=path)
+        assert response.status_code == 503 and response.headers["retry-after"] == "1", (path, response.text)
+        assert len(proxy.bodies) == 1, path
+    proxy = DyingProxy(deaths=1)
+    assert post(proxy, path="/app/translate").status_code == 200 and len(proxy.bodies) == 2  # LibreTranslate's
 
 
 def test_a_stream_goes_once_more_only_if_its_replica_died_before_its_first_event():
