@@ -17,8 +17,9 @@ for key, value in LOCAL_RAY_ENV.items():
 # float32; the tests of `auto` and bfloat16 name theirs.
 os.environ.setdefault("SERVER_DTYPE", "float32")
 
-# Under pytest-xdist (`-n 2`, what CI runs) two workers share the cores: OpenMP threads that spin while idle (the
-# default) would take a core from the other worker's tests; set before torch starts its threads.
+# Under pytest-xdist (`-n 2 --dist loadfile`, what CI runs: a module's tests on one worker, so that its servers
+# start once) two workers share the cores: OpenMP threads that spin while idle (the default) would take a core
+# from the other worker's tests; set before torch starts its threads.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if XDIST_WORKER:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -26,18 +27,12 @@ if XDIST_WORKER:
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
 LAYERS = ("model", "server", "e2e", "tools")  # tests/<layer>/: each test carries its folder's marker
-# The modules that start Ray Serve in the test process run one after another on one worker (`--dist loadgroup`):
-# each sizes its Ray instance to the whole machine. Every other module is a group of its own, so that its
-# module-scoped servers start once.
-RAY_MODULES = {"test_ray_serve.py", "test_security_and_shutdown.py"}
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.parent.name in LAYERS:
             item.add_marker(item.path.parent.name)
-        group = "ray" if item.path.name in RAY_MODULES else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session):
