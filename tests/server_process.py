@@ -87,6 +87,14 @@ def running_server(*args: str, timeout: float = 60.0, env: dict[str, str] | None
         store.cleanup()
 
 
+def within_one_minute(needed_s: float = 15.0) -> None:
+    """Wait for a fresh clock minute when this one has less than `needed_s` left: rate limits count per clock
+    minute, and a burst that straddles two would be allowed twice."""
+    left = 60 - time.time() % 60
+    if left < needed_s:
+        time.sleep(left + 0.1)
+
+
 def eventually(condition, timeout: float = 10.0, interval: float = 0.02):
     """Poll `condition()` until it returns something truthy or `timeout` seconds pass; return its last value
     (the caller asserts on it, so a condition that never holds fails with the value it last had)."""

@@ -12,14 +12,13 @@ import json
 import os
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from server.runtime.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
-from server_process import free_port  # noqa: E402
+from server_process import free_port, within_one_minute  # noqa: E402
 
 os.environ.update(LOCAL_RAY_ENV)
 
@@ -60,8 +59,7 @@ def main() -> None:
         answers = [translate(url, "open-key") for _ in range(20)]  # a connection each
         print(f"http answers: {answers.count((200, 'quarante-deux'))}/20", flush=True)
 
-        if 60 - time.time() % 60 < 20:  # the limit counts per clock minute: the burst stays within one
-            time.sleep(60 - time.time() % 60 + 0.1)
+        within_one_minute(20)
         statuses = sorted(translate(url, limited)[0] for _ in range(16))
         print(f"limited key: {statuses.count(200)} x 200, {statuses.count(429)} x 429", flush=True)
         request = urllib.request.Request(f"{url}/v2/usage", headers={"Authorization": f"DeepL-Auth-Key {limited}"})

@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import openai
 import pytest
-from server_process import ROOT, running_server
+from server_process import ROOT, running_server, within_one_minute
 
 from server.key_store import KeyStore
 
@@ -41,13 +40,6 @@ def server(store):
     with running_server("--no-ray", "--workers", "2", "--rate-limit-per-minute", "1000",
                         env={"SERVER_KEY_STORE": str(path), "SERVER_API_KEYS": ENV_KEY}) as server:
         yield server
-
-
-def within_one_minute():
-    """Wait for a fresh clock minute when this one has less than 15 s left (limits count per clock minute)."""
-    left = 60 - time.time() % 60
-    if left < 15:
-        time.sleep(left + 0.1)
 
 
 def native(url, key):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_process import Scrape, eventually, free_port, send_and_keep_open
+from server_process import Scrape, eventually, free_port, send_and_keep_open, within_one_minute
 
 from server.runtime.ray_main import PROXY_ENV, local_runtime_env
 from server.settings import Settings
@@ -180,9 +180,7 @@ def test_two_replicas_share_one_keys_rate_limit_exactly(serve_url, metrics_dir, 
                        key_store=str(tmp_path / "keys.sqlite"))
     with deployed_at(serve_url, "replica-http", "keyed", [], settings, replicas=2) as (url, handle):
         pids = replica_pids(handle, 2)
-        left = 60 - time.time() % 60
-        if left < 20:  # the limit counts per clock minute: the burst stays within one
-            time.sleep(left + 0.1)
+        within_one_minute(20)
         statuses = [httpx.post(f"{url}/v1/translate", json={"text": "seven", "target_lang": "de"}, timeout=60,
                                headers={"Authorization": "Bearer ray-key"}).status_code for _ in range(16)]
         assert sorted(statuses) == [200] * 5 + [429] * 11

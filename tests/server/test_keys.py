@@ -5,7 +5,7 @@ import asyncio
 import time
 
 import pytest
-from server_process import in_process_client
+from server_process import in_process_client, within_one_minute
 
 from server.api.access import Keys, QuotaExceeded, RateLimited
 from server.key_store import KeyStore, key_id
@@ -122,6 +122,7 @@ def test_a_wrong_key_in_each_apis_shape(app_client):
 
 @pytest.mark.parametrize("app_client", [dict(api_keys=("k1", "k2"), rate_limit_per_minute=3)], indirect=True)
 def test_one_rate_limit_across_the_three_apis(app_client):
+    within_one_minute()
     assert [call(app_client, "k1").status_code for call in (native, libretranslate, deepl)] == [200, 200, 200]
     limited = {"native": native(app_client, "k1"), "libretranslate": libretranslate(app_client, "k1"),
                "deepl": deepl(app_client, "k1")}
