@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from server.runtime.ray_main import LOCAL_RAY_ENV, local_runtime_env  # noqa: E402
+from server.runtime.ray_main import LOCAL_RAY_ENV, local_runtime_env, stop_serve  # noqa: E402
 from server_process import free_port, within_one_minute  # noqa: E402
 
 os.environ.update(LOCAL_RAY_ENV)
@@ -71,7 +71,7 @@ def main() -> None:
                   if a["namespace"] == NAMESPACE and a["name"].startswith("KeyStore-")]
         print(f"key store actors: {len(actors)}", flush=True)
         locust_on_both_nodes(url, handle, "open-key")
-        serve.shutdown()
+        stop_serve()  # as python -m server stops it: no retried-call error in the output
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from server_process import Scrape, eventually, free_port, send_and_keep_open, within_one_minute
 
-from server.runtime.ray_main import PROXY_ENV, local_runtime_env
+from server.runtime.ray_main import PROXY_ENV, local_runtime_env, stop_serve
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def serve_url(metrics_dir):
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
+    stop_serve()
     ray.shutdown()
 
 
