@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from .architecture import ModelConfig
 from .config import read_json
 from .cpu_kernels import use_onednn_linears
+from .cuda_kernels import use_fixed_row_products
 from .cpu_memory import forget_mapped_pages
 from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
@@ -253,6 +254,8 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
         fill(destinations, filled_one)
     if not int8 and model.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
         use_onednn_linears(model, pack_shared=pack_tied_output)
+    elif model.device.type == "cuda":
+        use_fixed_row_products(model)
     return model
 
 

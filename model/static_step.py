@@ -1,6 +1,7 @@
 """The decoder step at fixed shapes, so that it can be captured once and replayed: CUDA graphs on a GPU.
 
-A step over n live rows runs over a bucket of rows (the next power of two, at most the capacity) and attends
+A step over n live rows runs over a bucket of rows (the next power of two from cuda_kernels.DECODER_ROWS, at most
+the capacity: a GPU's products take that many rows at a time, so the smallest bucket is one block) and attends
 over the cache's whole target and source capacity, per-row positions and the source mask doing the masking: its
 shapes depend on the bucket only. The rows past n in the bucket are free cache rows; each decodes some token at
 position 0 of its own cache row, which nothing reads (a row that joins writes position 0 before reading it).
@@ -14,19 +15,21 @@ step); the CPU engine keeps the dynamic step, which reads only as far as the lon
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 
 import torch
 
+from .cuda_kernels import DECODER_ROWS
 from .kv_cache import KVCache
 
 log = logging.getLogger(__name__)
 
 
-def row_buckets(capacity: int) -> list[int]:
-    """1, 2, 4, … and the capacity itself."""
-    buckets = [1]
+def row_buckets(capacity: int, smallest: int = DECODER_ROWS) -> list[int]:
+    """smallest, 2 × smallest, … and the capacity itself (the capacity alone when it is smaller)."""
+    buckets = [min(smallest, capacity)]
     while buckets[-1] < capacity:
         buckets.append(min(2 * buckets[-1], capacity))
     return buckets
@@ -58,6 +61,20 @@ class StaticStep:
             for rows in self.buckets:
                 self._forward(rows)
         torch.cuda.current_stream().wait_stream(side)
+        # Destroying a graph during a capture invalidates the capture, and an earlier decoder's graphs can be in
+        # cyclic garbage that a collection would free at any allocation: collected first, then none till the end.
+        gc.collect()
+        gc.disable()
+        try:
+            self._capture_buckets()
+        finally:
+            gc.enable()
+        torch.cuda.synchronize()
+        self.reserved_bytes = torch.cuda.memory_reserved(self.model.device)
+        log.info("decoder step captured as %d CUDA graphs (rows %s) in %.1f s; GPU memory reserved %.2f GiB",
+                 len(self.graphs), self.buckets, time.perf_counter() - start, self.reserved_bytes / 2**30)
+
+    def _capture_buckets(self) -> None:
         pool = None
         for rows in reversed(self.buckets):  # largest first: the smaller graphs fit in the memory it reserved
             graph = torch.cuda.CUDAGraph()
@@ -69,10 +86,6 @@ class StaticStep:
             pool = graph.pool()
             self.graphs[rows] = (graph, logits)
             self.graph_bytes[rows] = torch.cuda.memory_reserved(self.model.device) - before
-        torch.cuda.synchronize()
-        self.reserved_bytes = torch.cuda.memory_reserved(self.model.device)
-        log.info("decoder step captured as %d CUDA graphs (rows %s) in %.1f s; GPU memory reserved %.2f GiB",
-                 len(self.graphs), self.buckets, time.perf_counter() - start, self.reserved_bytes / 2**30)
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """tokens, positions (n,) of live rows [0, n) → logits (n, V)."""

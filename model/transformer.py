@@ -136,7 +136,8 @@ class Seq2SeqTransformer(nn.Module):
         rows of at most `row_tokens` tokens (a longer source alone), each token attending only to its own source
         (a block-diagonal mask), positions as the padded batch numbers them, so the linear layers work on about
         the N real tokens instead of B × longest, and attention on rows × row_tokens² pairs instead of N². Relative
-        positions (T5) take the padded path."""
+        positions (T5) take the padded path, and so does a GPU: its attention kernel reads keys in blocks from the
+        row's start, so a source's numbers would follow where packing placed it."""
         device = self.device
         lengths = [len(ids) for ids in sources]
         longest = max(lengths)
@@ -145,7 +146,7 @@ class Seq2SeqTransformer(nn.Module):
         mask = (torch.arange(padded)[None, :] < torch.tensor(lengths)[:, None]).to(device)  # (B, S')
         pad = self.config.pad_token_id
         src = torch.tensor([[*ids, *[pad] * (padded - len(ids))] for ids in sources], device=device)  # (B, S')
-        if self.encoder_positions is None:
+        if self.encoder_positions is None or device.type == "cuda":
             return self.encode(src, mask)[:, :longest], mask[:, :longest]  # (B, S, D), (B, S)
         packed_row, offset = pack_rows(lengths, row_tokens)  # (B,) each: where each source goes; a longer one alone
         segment, position = mask.nonzero(as_tuple=True)  # (N,) each: the source of each token, its index there

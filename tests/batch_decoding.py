@@ -1,13 +1,19 @@
 """Decoding entries through one running batch, as the engine does, recording what each row saw: the oracle of the
 tests that hold a sequence in a busy batch to itself alone (batch invariance, constrained search)."""
 
+from functools import partial
+
+import torch
+
 from model import BatchDecoder
 
 
-def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, max_new_tokens: int) -> dict:
+def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, max_new_tokens: int,
+                   static_shapes: bool = False) -> dict:
     """Decode entries (key, ids, params) through one BatchDecoder, at most `join_at_most` joining per step, as
     rows free up → {key: (results, [log-probabilities of its rows at each step])}."""
-    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=max_new_tokens)
+    decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=max_new_tokens,
+                           static_shapes=static_shapes)
     steps, results, pending = {}, {}, list(entries)
     advance = decoder._advance
 
@@ -28,3 +34,21 @@ def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, ma
             if event.results is not None:
                 results[event.key] = event.results
     return {key: (results[key], steps[key]) for key in results}
+
+
+def differences(network, ids: list[list[int]], params, static_shapes: bool = False, sequences_at_once: int = 3,
+                join_at_most: int = 2) -> list[int]:
+    """The sources whose results or per-step log-probabilities differ between alone and inside a running batch
+    of `sequences_at_once` searches (sources joining `join_at_most` per step, lengths mixed, rows leaving as
+    they finish)."""
+    decode = partial(decode_joining, max_new_tokens=params.max_new_tokens, static_shapes=static_shapes)
+    entries = [(i, source, params) for i, source in enumerate(ids)]
+    together = decode(network, entries, capacity=sequences_at_once * params.num_beams, join_at_most=join_at_most)
+    differ = []
+    for entry in entries:
+        (alone_results, alone_steps), = decode(network, [entry], params.num_beams, 1).values()
+        results, steps = together[entry[0]]
+        same_steps = len(steps) == len(alone_steps) and all(map(torch.equal, steps, alone_steps))
+        if results != alone_results or not same_steps:
+            differ.append(entry[0])
+    return differ

@@ -11,11 +11,10 @@ must find a difference.
 """
 
 import random
-from functools import partial
 
 import pytest
 import torch
-from batch_decoding import decode_joining
+from batch_decoding import differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
 from model import DecodeParams, Translator, load, quantize
@@ -123,27 +122,11 @@ def sources(bundle, count: int, seed: int) -> list[list[int]]:
 
 
 NEW_TOKENS = 10
-decode = partial(decode_joining, max_new_tokens=NEW_TOKENS)
 MODES = {
     "greedy": DecodeParams(max_new_tokens=NEW_TOKENS),
     "beam 4, n-best": DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4, num_return_sequences=4),
     "sampling": DecodeParams(max_new_tokens=NEW_TOKENS, do_sample=True, top_k=20, temperature=1.5, seed=7),
 }
-
-
-def differences(network, ids: list[list[int]], params: DecodeParams) -> list[int]:
-    """The sources whose results or per-step log-probabilities differ between alone and inside a running batch
-    (sources joining two per step, lengths mixed, rows leaving as they finish)."""
-    entries = [(i, source, params) for i, source in enumerate(ids)]
-    together = decode(network, entries, capacity=3 * params.num_beams, join_at_most=2)
-    differ = []
-    for entry in entries:
-        (alone_results, alone_steps), = decode(network, [entry], params.num_beams, 1).values()
-        results, steps = together[entry[0]]
-        same_steps = len(steps) == len(alone_steps) and all(map(torch.equal, steps, alone_steps))
-        if results != alone_results or not same_steps:
-            differ.append(entry[0])
-    return differ
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

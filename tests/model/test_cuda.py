@@ -1,9 +1,17 @@
 """On a GPU (skipped without one): the CUDA-graphed static-shape step against the eager step and against CPU
-float32, on the demo model's held-out numbers and a busy mixed batch."""
+float32, on the demo model's held-out numbers and a busy mixed batch; a source alone against inside a busy batch."""
+
+import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from num2words import num2words
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # run with --noconftest (gpu_check): the tests' helpers
+from batch_decoding import differences
+from marian_fixtures import WORDS_EN, build_checkpoint
 
 from model import BatchDecoder, DecodeParams, load
 from model.demo.data import LANGUAGES, held_out_numbers
@@ -48,9 +56,34 @@ def test_gpu_float32_and_float16_translate_like_cpu_float32(sources):
 
 def test_capture_reserves_memory_and_covers_every_row_count():
     bundle = load(device="cuda", dtype="float16")
-    decoder = BatchDecoder(bundle.network, capacity=12, max_source_len=16, max_new_tokens=8, static_shapes=True)
-    assert sorted(decoder.static_step.graphs) == [1, 2, 4, 8, 12] and decoder.static_step.reserved_bytes > 0
+    decoder = BatchDecoder(bundle.network, capacity=200, max_source_len=16, max_new_tokens=8, static_shapes=True)
+    assert sorted(decoder.static_step.graphs) == [64, 128, 200] and decoder.static_step.reserved_bytes > 0
     params = DecodeParams(max_new_tokens=8)
-    decoder.admit([(i, bundle.source("seven").ids, params) for i in range(12)])
+    decoder.admit([(i, bundle.source("seven").ids, params) for i in range(200)])
     while decoder.searches:
         decoder.step()
+
+
+@pytest.fixture(scope="module")
+def wide_checkpoint(tmp_path_factory):
+    """A Marian checkpoint of a realistic width: d_model 512, 8 heads of 64, FFN 2048 (2 + 2 layers)."""
+    return build_checkpoint(tmp_path_factory.mktemp("wide") / "wide", d_model=512, encoder_layers=2,
+                            decoder_layers=2, encoder_heads=8, decoder_heads=8, init_std=0.05)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_sources_decoding_on_the_gpu_does_not_depend_on_its_batch(sources, wide_checkpoint, dtype):
+    """Each source alone against inside a running batch of up to 16 searches on the captured step (a CUDA graph per
+    row bucket): results and every step's log-probabilities bit-identical, greedy, beam 4 with n-best, sampling."""
+    rng = random.Random(0)
+    demo, wide = load(device="cuda", dtype=dtype), load(wide_checkpoint, device="cuda", dtype=dtype)
+    english = wide.resolve_languages(None, None, translating=False)
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(12)]
+    for bundle, ids in ((demo, [demo.source(text).ids for text in sources[:12]]),
+                        (wide, [wide.source(text, *english).ids for text in texts])):
+        for mode, params in {
+                "greedy": DecodeParams(max_new_tokens=12),
+                "beam 4, n-best": DecodeParams(max_new_tokens=12, num_beams=4, num_return_sequences=4),
+                "sampling": DecodeParams(max_new_tokens=12, do_sample=True, top_k=20, temperature=1.5, seed=7)}.items():
+            assert differences(bundle.network, ids, params, static_shapes=True, sequences_at_once=16,
+                               join_at_most=4) == [], mode

@@ -1,0 +1,47 @@
+"""Products on a GPU whose rows come out the same whatever the row count (batch invariance).
+
+cuBLAS chooses its kernel by a product's shape (tile sizes, a split of the input dimension, another kernel for one
+row), so a row's numbers would follow how many rows share its step: the row bucket of a CUDA graph, the tokens of
+an encoder batch (on an H100, the output projections differ at every row count from the row alone, a 4096-wide
+input from 63 rows: `python -m loadtests.gpu_invariance`). Every Linear of a GPU model therefore multiplies a fixed
+number of rows at a time, the last block padded with zero rows: cuBLAS sees one shape per weight whatever the batch,
+and a row's numbers depend on that row alone. The decoder step's weights take DECODER_ROWS (its smallest CUDA-graph
+bucket, so its products need no padding: model.static_step); the encoder's and the cross-attention memory
+projections, which see every token of the sources, ENCODER_ROWS, so that a batch of sources takes few products.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DECODER_ROWS = 64
+ENCODER_ROWS = 256
+
+
+class FixedRowsLinear(nn.Linear):
+    rows_at_a_time: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, block = x.numel() // x.shape[-1], self.rows_at_a_time
+        flat = x.reshape(rows, self.in_features)
+        if rows % block:
+            flat = F.pad(flat, (0, 0, 0, block - rows % block))
+        y = torch.cat([F.linear(part, self.weight, self.bias) for part in flat.split(block)]) \
+            if len(flat) > block else F.linear(flat, self.weight, self.bias)  # (blocks × block, out)
+        return y[:rows].view(*x.shape[:-1], self.out_features)
+
+
+def use_fixed_row_products(model: nn.Module, enable: bool = True) -> nn.Module:
+    """Switch every nn.Linear of a GPU Seq2SeqTransformer to FixedRowsLinear (enable=False switches back):
+    parameter names, weight tying and state_dict keys stay as they are."""
+    old, new = (nn.Linear, FixedRowsLinear) if enable else (FixedRowsLinear, nn.Linear)
+    over_sources = {id(m) for m in model.encoder_layers.modules()} | {
+        id(layer.encoder_attn.kv_proj) for layer in model.decoder_layers}
+    for module in model.modules():
+        if type(module) is old:
+            module.__class__ = new
+            if enable:
+                module.rows_at_a_time = ENCODER_ROWS if id(module) in over_sources else DECODER_ROWS
+    return model
