@@ -76,6 +76,12 @@ def plan(args: argparse.Namespace) -> list[Step]:
         steps.append(Step("tests", "tests/model/test_cuda.py on the GPU", [Command(
             "pytest", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "tests/model/test_cuda.py"],
             600)]))
+    if "invariance" in args.steps:
+        sizes = ["--device", "cpu", "--dtypes", "bfloat16", "--parts", "end-to-end", "--sources", "3",
+                 "--styles", "plain,fixed"] if dry else []
+        steps.append(Step("invariance", "Batch invariance on the GPU: a row alone against inside other row counts",
+                          [Command("gpu_invariance", [py, "-m", "loadtests.gpu_invariance", "--out",
+                                                      str(out / "checkpoints"), *sizes], 600)]))
     if "quality" in args.steps:
         numbers, beams = ("24", "1,2") if dry else ("1000", "1,4")
         quality = Step("quality", "Demo model exact match per language, CPU float32 and the GPU's half precisions", [])
@@ -223,12 +229,13 @@ def write_report(out: Path, env: dict, steps: list[Step], dry_run: bool) -> None
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m loadtests.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for the report, the logs and the built checkpoints")
-    p.add_argument("--steps", default="tests,quality,bench,serve", help="some of tests,quality,bench,serve")
+    p.add_argument("--steps", default="tests,invariance,quality,bench,serve",
+                   help="some of tests,invariance,quality,bench,serve")
     p.add_argument("--dry-run", action="store_true", help="every step on the CPU with tiny shapes (no GPU needed)")
     p.add_argument("--port", type=int, default=8041, help="the servers' ports: this one and the next")
     args = p.parse_args(argv)
     args.steps = args.steps.split(",")
-    unknown = set(args.steps) - {"tests", "quality", "bench", "serve"}
+    unknown = set(args.steps) - {"tests", "invariance", "quality", "bench", "serve"}
     if unknown:
         p.error(f"unknown steps: {', '.join(sorted(unknown))}")
     if not args.dry_run and not torch.cuda.is_available():

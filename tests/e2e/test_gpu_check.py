@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from server_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,13 +93,15 @@ def test_every_step_passes_on_the_cpu(dry_run):
     report = json.loads((out / "report.json").read_text())
     assert report["dry_run"] is True
     assert [(s["name"], s["status"]) for s in report["steps"]] == [
-        ("tests", "passed"), ("quality", "passed"), ("bench", "passed"), ("serve", "passed")]
+        ("tests", "passed"), ("invariance", "passed"), ("quality", "passed"), ("bench", "passed"),
+        ("serve", "passed")]
     commands = {c["label"]: c for s in report["steps"] for c in s["commands"]}
-    assert set(commands) == {"pytest", "float32 on cpu", "bfloat16 on cpu", "opus-mt-en-de", "nllb-600m", "locust",
+    assert set(commands) == {"pytest", "gpu_invariance", "float32 on cpu", "bfloat16 on cpu", "opus-mt-en-de", "nllb-600m", "locust",
                              "bench_serving"}
     # the report carries what each step printed
     assert "needs a CUDA GPU" in commands["pytest"]["stdout"] or "passed" in commands["pytest"]["stdout"]
     assert "| greedy |" in commands["bfloat16 on cpu"]["stdout"]
+    assert "| demo | bfloat16 | fixed | beam 4, n-best | 0 of 3 |" in commands["gpu_invariance"]["stdout"]
     assert "| engine loop, in-process | 4 | 1 |" in commands["bench_serving"]["stdout"]
     md = (out / "report.md").read_text()
     assert "| serve | passed |" in md and "## Targets" in md
