@@ -17,8 +17,8 @@ for key, value in LOCAL_RAY_ENV.items():
 # float32; the tests of `auto` and bfloat16 name theirs.
 os.environ.setdefault("SERVER_DTYPE", "float32")
 
-# Under pytest-xdist (`-n 3 --dist loadfile`, what CI runs: a module's tests on one worker, so that its servers
-# start once) the workers share two cores: OpenMP threads that spin while idle (the default) would take a core
+# Under pytest-xdist (`-n 2 --dist loadfile`, what CI runs: a module's tests on one worker, so that its servers
+# start once) two workers share the cores: OpenMP threads that spin while idle (the default) would take a core
 # from the other worker's tests; set before torch starts its threads.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if XDIST_WORKER:
