@@ -33,11 +33,11 @@ from loadtests.bench_engine import (
     build_checkpoint,
     build_nllb_checkpoint,
 )
-from model import DecodeParams, cuda_kernels, load
+from model import cuda_kernels, load
 from model.layers import attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from batch_decoding import differences
+from batch_decoding import decodings, differences
 
 ROW_COUNTS = (2, 3, 4, 5, 8, 16, 63, 64, 65, 128, 256)
 LINEAR_SHAPES = {"opus-mt-en-de": [(512, 512), (512, 2048), (2048, 512), (512, 58101)],
@@ -127,9 +127,7 @@ def attentions(device: str, dtype: torch.dtype) -> list[str]:
                 f"| encoder (padded sources, up to 63 tokens) | {dtype} | {encoder_differs()} |"]
 
 
-MODES = {"greedy": DecodeParams(max_new_tokens=12),
-         "beam 4, n-best": DecodeParams(max_new_tokens=12, num_beams=4, num_return_sequences=4),
-         "sampling": DecodeParams(max_new_tokens=12, do_sample=True, top_k=20, temperature=1.5, seed=7)}
+MODES = decodings(12)
 
 
 def end_to_end(name: str, path: Path | None, device: str, dtype: str, styles: list[str], count: int) -> list[str]:

@@ -5,7 +5,7 @@ from functools import partial
 
 import torch
 
-from model import BatchDecoder
+from model import BatchDecoder, DecodeParams
 
 
 def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, max_new_tokens: int,
@@ -34,6 +34,13 @@ def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, ma
             if event.results is not None:
                 results[event.key] = event.results
     return {key: (results[key], steps[key]) for key in results}
+
+
+def decodings(new_tokens: int) -> dict[str, DecodeParams]:
+    """Greedy, beam 4 with n-best and seeded sampling: the decodings a comparison of alone and together runs."""
+    return {"greedy": DecodeParams(max_new_tokens=new_tokens),
+            "beam 4, n-best": DecodeParams(max_new_tokens=new_tokens, num_beams=4, num_return_sequences=4),
+            "sampling": DecodeParams(max_new_tokens=new_tokens, do_sample=True, top_k=20, temperature=1.5, seed=7)}
 
 
 def differences(network, ids: list[list[int]], params, static_shapes: bool = False, sequences_at_once: int = 3,

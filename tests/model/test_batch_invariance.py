@@ -14,10 +14,10 @@ import random
 
 import pytest
 import torch
-from batch_decoding import differences
+from batch_decoding import decodings, differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
-from model import DecodeParams, Translator, load, quantize
+from model import Translator, load, quantize
 from model.cpu_kernels import use_onednn_linears
 from model.layers import RMSNorm, attended_length, attention
 from model.quantize import quantize_in_blocks
@@ -122,11 +122,7 @@ def sources(bundle, count: int, seed: int) -> list[list[int]]:
 
 
 NEW_TOKENS = 10
-MODES = {
-    "greedy": DecodeParams(max_new_tokens=NEW_TOKENS),
-    "beam 4, n-best": DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4, num_return_sequences=4),
-    "sampling": DecodeParams(max_new_tokens=NEW_TOKENS, do_sample=True, top_k=20, temperature=1.5, seed=7),
-}
+MODES = decodings(NEW_TOKENS)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -10,7 +10,7 @@ import torch
 from num2words import num2words
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # run with --noconftest (gpu_check): the tests' helpers
-from batch_decoding import differences
+from batch_decoding import decodings, differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
 from model import BatchDecoder, DecodeParams, load
@@ -81,9 +81,6 @@ def test_a_sources_decoding_on_the_gpu_does_not_depend_on_its_batch(sources, wid
     texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(12)]
     for bundle, ids in ((demo, [demo.source(text).ids for text in sources[:12]]),
                         (wide, [wide.source(text, *english).ids for text in texts])):
-        for mode, params in {
-                "greedy": DecodeParams(max_new_tokens=12),
-                "beam 4, n-best": DecodeParams(max_new_tokens=12, num_beams=4, num_return_sequences=4),
-                "sampling": DecodeParams(max_new_tokens=12, do_sample=True, top_k=20, temperature=1.5, seed=7)}.items():
+        for mode, params in decodings(12).items():
             assert differences(bundle.network, ids, params, static_shapes=True, sequences_at_once=16,
                                join_at_most=4) == [], mode
