@@ -18,6 +18,7 @@ from typing import Callable, Hashable
 
 import torch
 
+from . import cuda_kernels
 from .constrained import ConstrainedBeamSearch, advance_constrained, constrained_choices
 from .logits_rules import ActiveRules, RowRules
 from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams, target_length
@@ -179,7 +180,7 @@ class BatchDecoder:
             logits = self.model.decode_step(self.cache, step_tokens, step_positions, target_len, source_len)
         self.rules.record(step_tokens, step_positions)
         scores = logits.float()  # (n, V)
-        logprobs = torch.log_softmax(scores, dim=-1, out=self.logprobs[:n])
+        logprobs = cuda_kernels.log_softmax(scores, out=self.logprobs[:n])
         self.rules.apply((scores, logprobs), step_positions, target_len, ActiveRules.of(searches))
         return scores, logprobs
 

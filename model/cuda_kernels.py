@@ -18,6 +18,7 @@ from torch import nn
 
 DECODER_ROWS = 64
 ENCODER_ROWS = 256
+ROW_ALIGNMENT = 4  # float32 scores: 16 bytes
 
 
 class FixedRowsLinear(nn.Linear):
@@ -31,6 +32,18 @@ class FixedRowsLinear(nn.Linear):
         y = torch.cat([F.linear(part, self.weight, self.bias) for part in flat.split(block)]) \
             if len(flat) > block else F.linear(flat, self.weight, self.bias)  # (blocks × block, out)
         return y[:rows].view(*x.shape[:-1], self.out_features)
+
+
+def log_softmax(scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """torch.log_softmax of (n, V) float32 scores over the vocabulary, into out (n, V). On a GPU over rows padded
+    with -inf (adding nothing to a row's sum) to a multiple of 16 bytes: over opus-mt's 58,101 columns as they are,
+    a search's log-probabilities followed its batch on an H100, over the padded rows they did not (why is open:
+    loadtests/README.md, "Batch invariance on the GPU")."""
+    if scores.device.type != "cuda":
+        return torch.log_softmax(scores, dim=-1, out=out)
+    vocab = scores.shape[-1]
+    padded = F.pad(scores, (0, -vocab % ROW_ALIGNMENT), value=float("-inf"))  # (n, V′), V′ · 4 bytes ≡ 0 mod 16
+    return out.copy_(torch.log_softmax(padded, dim=-1)[:, :vocab])
 
 
 def use_fixed_row_products(model: nn.Module, enable: bool = True) -> nn.Module:
