@@ -9,9 +9,10 @@ from model import BatchDecoder, DecodeParams
 
 
 def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, max_new_tokens: int,
-                   static_shapes: bool = False) -> dict:
+                   static_shapes: bool = False, searches_at_most: int | None = None) -> dict:
     """Decode entries (key, ids, params) through one BatchDecoder, at most `join_at_most` joining per step, as
-    rows free up → {key: (results, [log-probabilities of its rows at each step])}."""
+    rows free up (and while fewer than `searches_at_most` search) → {key: (results, [log-probabilities of its
+    rows at each step])}."""
     decoder = BatchDecoder(network, capacity=capacity, max_source_len=64, max_new_tokens=max_new_tokens,
                            static_shapes=static_shapes)
     steps, results, pending = {}, {}, list(entries)
@@ -26,6 +27,7 @@ def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, ma
     while pending or decoder.searches:
         joining = []
         while (pending and len(joining) < join_at_most
+               and len(decoder.searches) + len(joining) < (searches_at_most or capacity)
                and decoder.free_rows - sum(p.rows for _, _, p in joining) >= pending[0][2].rows):
             joining.append(pending.pop(0))
         if joining:
@@ -44,18 +46,16 @@ def decodings(new_tokens: int) -> dict[str, DecodeParams]:
 
 
 def differences(network, ids: list[list[int]], params, static_shapes: bool = False, sequences_at_once: int = 3,
-                join_at_most: int = 2) -> list[int]:
+                join_at_most: int = 2, capacity: int | None = None) -> list[int]:
     """The sources whose results or per-step log-probabilities differ between alone and inside a running batch
     of `sequences_at_once` searches (sources joining `join_at_most` per step, lengths mixed, rows leaving as
-    they finish)."""
-    decode = partial(decode_joining, max_new_tokens=params.max_new_tokens, static_shapes=static_shapes)
-    entries = [(i, source, params) for i, source in enumerate(ids)]
-    together = decode(network, entries, capacity=sequences_at_once * params.num_beams, join_at_most=join_at_most)
-    differ = []
-    for entry in entries:
-        (alone_results, alone_steps), = decode(network, [entry], params.num_beams, 1).values()
-        results, steps = together[entry[0]]
-        same_steps = len(steps) == len(alone_steps) and all(map(torch.equal, steps, alone_steps))
-        if results != alone_results or not same_steps:
-            differ.append(entry[0])
-    return differ
+    they finish). Both decode through a decoder of the same `capacity` rows (by default what the batch takes),
+    as a server's requests do whatever else it runs: alone is that decoder holding one search at a time."""
+    capacity = capacity or sequences_at_once * params.num_beams
+    decode = partial(decode_joining, network, [(i, source, params) for i, source in enumerate(ids)], capacity,
+                     max_new_tokens=params.max_new_tokens, static_shapes=static_shapes)
+    together = decode(join_at_most, searches_at_most=sequences_at_once)
+    alone = decode(1, searches_at_most=1)
+    return sorted(key for key, (results, steps) in together.items()
+                  if results != alone[key][0] or len(steps) != len(alone[key][1])
+                  or not all(map(torch.equal, steps, alone[key][1])))

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # run with --noconftest (gpu
 from batch_decoding import decodings, differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
-from model import BatchDecoder, DecodeParams, load
+from model import BatchDecoder, DecodeParams, cuda_kernels, load
 from model.demo.data import LANGUAGES, held_out_numbers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -73,14 +73,25 @@ def wide_checkpoint(tmp_path_factory):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_sources_decoding_on_the_gpu_does_not_depend_on_its_batch(sources, wide_checkpoint, dtype):
-    """Each source alone against inside a running batch of up to 16 searches on the captured step (a CUDA graph per
-    row bucket): results and every step's log-probabilities bit-identical, greedy, beam 4 with n-best, sampling."""
+    """Each source alone against inside a running batch of up to 40 searches, on the captured step of a 200-row
+    decoder (CUDA graphs of 64, 128 and 200 rows; beam searches fill 96 rows at most): results and every step's
+    log-probabilities bit-identical, greedy, beam 4 with n-best, sampling."""
     rng = random.Random(0)
     demo, wide = load(device="cuda", dtype=dtype), load(wide_checkpoint, device="cuda", dtype=dtype)
     english = wide.resolve_languages(None, None, translating=False)
-    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(12)]
-    for bundle, ids in ((demo, [demo.source(text).ids for text in sources[:12]]),
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(24)]
+    for bundle, ids in ((demo, [demo.source(text).ids for text in sources[:24]]),
                         (wide, [wide.source(text, *english).ids for text in texts])):
         for mode, params in decodings(12).items():
-            assert differences(bundle.network, ids, params, static_shapes=True, sequences_at_once=16,
-                               join_at_most=4) == [], mode
+            assert differences(bundle.network, ids, params, static_shapes=True, sequences_at_once=40,
+                               join_at_most=4, capacity=200) == [], mode
+
+
+def test_a_rows_log_probabilities_do_not_depend_on_where_it_sits_in_the_batch():
+    """Over an opus-mt-sized vocabulary (58,101 tokens: rows 4 bytes apart from a 16-byte boundary), a row's
+    log-softmax alone against at each index of an 8-row batch."""
+    logits = torch.randn(8, 58101, device="cuda")
+    alone = cuda_kernels.log_softmax(logits[:1], torch.empty(1, 58101, device="cuda"))[0]
+    for at in range(8):
+        batch = logits.roll(at, 0)  # row 0 at index `at`
+        assert torch.equal(cuda_kernels.log_softmax(batch, torch.empty_like(batch))[at], alone), at
