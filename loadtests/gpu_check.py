@@ -77,7 +77,7 @@ def plan(args: argparse.Namespace) -> list[Step]:
             "pytest", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "tests/model/test_cuda.py"],
             600)]))
     if "invariance" in args.steps:
-        sizes = ["--device", "cpu", "--dtypes", "bfloat16", "--parts", "end-to-end", "--sources", "3",
+        sizes = ["--device", "cpu", "--dtypes", "bfloat16", "--parts", "end-to-end,layers", "--sources", "3",
                  "--styles", "plain,fixed"] if dry else []
         steps.append(Step("invariance", "Batch invariance on the GPU: a row alone against inside other row counts",
                           [Command("gpu_invariance", [py, "-m", "loadtests.gpu_invariance", "--out",
@@ -100,7 +100,9 @@ def plan(args: argparse.Namespace) -> list[Step]:
             Command(shape, [py, "-m", "loadtests.bench_engine", "--device", device, "--shape", shape,
                             "--engines", ",".join(engines), "--out", str(out / "checkpoints"),
                             "--json", str(out / f"bench-{shape}.json"), *sizes], 900)
-            for shape in SHAPES])
+            for shape in SHAPES] + [
+            Command("one-row step", [py, "-m", "loadtests.gpu_step", "--device", device, "--dtype", half,
+                                     "--out", str(out / "checkpoints"), *(["--steps", "5"] if dry else [])], 600)])
         if not ct2:
             bench.notes.append("CTranslate2 is not installed here: its columns are empty (pip install ctranslate2)")
         steps.append(bench)

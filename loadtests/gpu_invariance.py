@@ -10,9 +10,13 @@ product a fixed number of rows at a time (model.cuda_kernels; `fixedN` for N row
 2. attention: a decoder step's (one query over the cache capacity, masked per row) and an encoder's (padded
    sources), likewise;
 3. end to end: the demo model and an opus-mt-en-de-shaped random checkpoint, each source decoded alone against
-   inside a running batch (sources of mixed lengths joining as rows free up, CUDA graphs per row bucket), greedy,
-   beam 4 with n-best and seeded sampling: how many sources' results or per-step log-probabilities differ;
-4. cost: the captured decoder step per row bucket and an encoder pass (32 × 24 tokens), ms, median of 50.
+   inside a running batch of up to 40 searches (sources of mixed lengths joining as rows free up), both through a
+   decoder of 200 rows (CUDA graphs of 64, 128 and 200 rows), greedy, beam 4 with n-best and seeded sampling: how
+   many sources' results or per-step log-probabilities differ;
+4. cost: the captured decoder step per row bucket and an encoder pass (32 × 24 tokens), ms, median of 50;
+5. layers: where a difference first shows, module by module: one eager decoder step over live rows inside two
+   row counts, and a source encoded alone against inside a padded batch of four; then the log-softmax over the
+   vocabulary that follows the step (torch's, and the model's: model.cuda_kernels.log_softmax).
 `--device cpu` walks it on the CPU (the styles do not apply there: a check of the script, not a measurement).
 """
 
@@ -148,12 +152,96 @@ def end_to_end(name: str, path: Path | None, device: str, dtype: str, styles: li
         for mode, params in MODES.items():
             try:
                 differ = len(differences(bundle.network, ids, params, static_shapes=device == "cuda",
-                                         sequences_at_once=16, join_at_most=4))
+                                         sequences_at_once=40, join_at_most=4, capacity=200))
             except RuntimeError as e:  # a failed capture, say: the other styles still measured
                 differ = f"failed: {str(e).splitlines()[0]}"
             lines.append(f"| {name} | {dtype} | {style} | {mode} | {differ} of {count} |")
             print(lines[-1], flush=True)
     return lines
+
+
+def recorded(network, run) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """run() with every leaf module's first input and its output recorded, in call order: (name, input, output)."""
+    calls, handles = [], []
+    for name, module in network.named_modules():
+        if name and not any(module.children()):
+            handles.append(module.register_forward_hook(
+                lambda _, args, out, name=name: calls.append((name, args[0].clone(), out.clone()))))
+    try:
+        with torch.inference_mode():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def first_difference(a: list, b: list, pick_a, pick_b) -> str:
+    """The first module whose input (so: what ran before it, outside modules) or output differs between two
+    recordings of the same rows, each read through its pick."""
+    for (name, in_a, out_a), (_, in_b, out_b) in zip(a, b):
+        if not torch.equal(pick_a(in_a), pick_b(in_b)):
+            return f"before {name}"
+        if not torch.equal(pick_a(out_a), pick_b(out_b)):
+            return name
+    return "none"
+
+
+def log_softmaxes(device: str) -> list[str]:
+    """What the step's logits go through before a search reads them, a log-softmax over the vocabulary (float32):
+    a row alone against the same row at each index of an 8-row batch."""
+    lines = []
+    for vocab in (1000, 58101, 256206):
+        logits = torch.randn(8, vocab, generator=torch.Generator().manual_seed(vocab)).to(device)
+        for style, op in (("torch", partial(torch.log_softmax, dim=-1)),
+                          ("model", lambda x: cuda_kernels.log_softmax(x, torch.empty_like(x)))):
+            differ = [at for at in range(8) if not torch.equal(
+                op(logits.roll(at, 0))[at], op(logits[:1])[0])]
+            lines.append(f"| log-softmax over {vocab} ({style}) | float32 | batch indices that differ {differ} |")
+    return lines
+
+
+def layers(name: str, path: Path, device: str, dtype: str, pairs=((1, 16), (64, 128), (64, 200))) -> list[str]:
+    from model import BatchDecoder
+    from model.static_step import StaticStep
+
+    network = load(path, device=device, dtype=dtype, traced=False).network
+    rng = random.Random(1)
+    eos = network.config.eos_token_id
+    ids = [[rng.randrange(2, 1000) for _ in range(rng.randint(1, 30))] + [eos] for _ in range(40)]
+    decoder = BatchDecoder(network, capacity=200, max_source_len=64, max_new_tokens=12)
+    decoder.admit([(i, source, decodings(12)["greedy"]) for i, source in enumerate(ids)])
+    step = StaticStep(network, decoder.cache, capture=False)  # eager: hooks see every module
+    lines = []
+
+    def at(rows: int, live: int) -> list:
+        step.tokens[:live] = torch.arange(5, 5 + live)
+        step.positions[:rows] = 0
+        step.positions[:live] = 3
+        return recorded(network, partial(step._forward, rows))
+
+    for small, large in pairs:
+        live = min(small, len(ids))
+        first_rows = partial(torch.narrow, dim=0, start=0, length=live)
+        where = first_difference(at(small, live), at(large, live), first_rows, first_rows)
+        lines.append(f"| {name} | {dtype} | decoder step, {live} live rows in {small} vs {large} | {where} |")
+    if device == "cuda":  # the CPU packs sources into rows instead (model.transformer.encode_sources)
+        lines.append(encoder_difference(name, network, dtype, ids[:4], at=2))
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def encoder_difference(name: str, network, dtype: str, batch: list[list[int]], at: int) -> str:
+    alone = recorded(network, partial(network.encode_sources, [batch[at]]))
+    together = recorded(network, partial(network.encode_sources, batch))
+    length = len(batch[at])
+
+    def tokens_of(t: torch.Tensor, row: int) -> torch.Tensor:  # (B, S, …) or a position table (S, D)
+        return t[row, :length] if t.dim() == 3 or not t.is_floating_point() else t[:length]
+
+    where = first_difference(alone, together, partial(tokens_of, row=0), partial(tokens_of, row=at))
+    return f"| {name} | {dtype} | encoder, {length} tokens alone vs in {len(batch)} padded to " \
+           f"{max(map(len, batch))} | {where} |"
 
 
 def timed_ms(fn, device: str, runs: int = 50) -> float:
@@ -200,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtypes", default="float16,bfloat16")
     p.add_argument("--sources", type=int, default=24, help="sources per end-to-end comparison")
     p.add_argument("--capacity", type=int, default=128, help="decoder rows in the cost table")
-    p.add_argument("--parts", default="products,attention,end-to-end,cost")
+    p.add_argument("--parts", default="products,attention,end-to-end,cost,layers")
     p.add_argument("--out", default="runs/gpu-invariance", help="where the random checkpoints are built")
     args = p.parse_args(argv)
     styles, dtypes, parts = args.styles.split(","), args.dtypes.split(","), args.parts.split(",")
@@ -232,6 +320,11 @@ def main(argv: list[str] | None = None) -> None:
             shapes.append(("NLLB-600M", build_nllb_checkpoint(out / "nllb-600m-shape")))
         for name, path in shapes:
             report += cost(name, path, args.device, dtypes[0], styles, args.capacity)
+    if "layers" in parts:
+        report += ["", "| model | dtype | comparison | first module that differs |", "|---|---|---|---|"]
+        for dtype in dtypes:
+            report += layers("opus-mt-en-de shape", opus, args.device, dtype)
+        report += log_softmaxes(args.device)
     print("\n".join(report))
 
 

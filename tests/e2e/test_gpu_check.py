@@ -96,12 +96,15 @@ def test_every_step_passes_on_the_cpu(dry_run):
         ("tests", "passed"), ("invariance", "passed"), ("quality", "passed"), ("bench", "passed"),
         ("serve", "passed")]
     commands = {c["label"]: c for s in report["steps"] for c in s["commands"]}
-    assert set(commands) == {"pytest", "gpu_invariance", "float32 on cpu", "bfloat16 on cpu", "opus-mt-en-de", "nllb-600m", "locust",
-                             "bench_serving"}
+    assert set(commands) == {"pytest", "gpu_invariance", "float32 on cpu", "bfloat16 on cpu", "opus-mt-en-de",
+                             "nllb-600m", "one-row step", "locust", "bench_serving"}
     # the report carries what each step printed
     assert "needs a CUDA GPU" in commands["pytest"]["stdout"] or "passed" in commands["pytest"]["stdout"]
     assert "| greedy |" in commands["bfloat16 on cpu"]["stdout"]
     assert "| demo | bfloat16 | fixed | beam 4, n-best | 0 of 3 |" in commands["gpu_invariance"]["stdout"]
+    assert "| log-softmax over 58101 (model) | float32 | batch indices that differ [] |" in \
+        commands["gpu_invariance"]["stdout"]
+    assert "| opus-mt-en-de | bfloat16 | 64 |" in commands["one-row step"]["stdout"]
     assert "| engine loop, in-process | 4 | 1 |" in commands["bench_serving"]["stdout"]
     md = (out / "report.md").read_text()
     assert "| serve | passed |" in md and "## Targets" in md
