@@ -16,31 +16,14 @@ walks the script without graphs or a profiler (a check of the script, not a meas
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from loadtests.bench_engine import build_checkpoint, build_nllb_checkpoint
+from loadtests.gpu_invariance import timed_ms
 from model import BatchDecoder, DecodeParams, load
-
-
-def synchronized(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def median_ms(fn, device: str, runs: int) -> float:
-    times = []
-    for _ in range(runs + 5):
-        synchronized(device)
-        start = time.perf_counter()
-        fn()
-        synchronized(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[5:]) * 1e3
 
 
 def kernel_time(fn, runs: int) -> tuple[float, float]:
@@ -55,20 +38,22 @@ def kernel_time(fn, runs: int) -> tuple[float, float]:
 
 def measure(name: str, path: Path, device: str, dtype: str, runs: int) -> str:
     network = load(path, device=device, dtype=dtype, traced=False).network
-    decoder = BatchDecoder(network, capacity=128, max_source_len=64, max_new_tokens=runs + 16, static_shapes=True)
+    decoder = BatchDecoder(network, capacity=128, max_source_len=64, max_new_tokens=runs + 16,
+                           static_shapes=True)
     step = decoder.static_step
     rows = step.buckets[0]
     eos = network.config.eos_token_id
     # a search that cannot end early: its source long, the end token forbidden until the last step
-    decoder.admit([("one", list(range(5, 29)) + [eos], DecodeParams(max_new_tokens=runs + 16, min_new_tokens=runs + 16))])
+    tokens = runs + 16
+    decoder.admit([("one", list(range(5, 29)) + [eos], DecodeParams(max_new_tokens=tokens, min_new_tokens=tokens))])
     with torch.inference_mode():
-        step_ms = median_ms(decoder.step, device, runs)
+        step_ms = timed_ms(decoder.step, device, runs)
         eager = partial(step._forward, rows)
         if device == "cuda":
-            replay_ms = median_ms(step.graphs[rows][0].replay, device, runs)
+            replay_ms = timed_ms(step.graphs[rows][0].replay, device, runs)
             kernels_ms, kernels = kernel_time(eager, runs)
         else:
-            replay_ms, (kernels_ms, kernels) = median_ms(eager, device, runs), (float("nan"), float("nan"))
+            replay_ms, (kernels_ms, kernels) = timed_ms(eager, device, runs), (float("nan"), float("nan"))
     line = (f"| {name} | {dtype} | {rows} | {kernels:.0f} | {kernels_ms:.3f} | {replay_ms:.3f} | "
             f"{replay_ms / kernels_ms:.2f} | {step_ms:.3f} | {step_ms / replay_ms:.2f} |")
     print(line, flush=True)
