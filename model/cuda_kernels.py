@@ -39,9 +39,9 @@ def log_softmax(scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     with -inf (adding nothing to a row's sum) to a multiple of 16 bytes: over opus-mt's 58,101 columns as they are,
     a search's log-probabilities followed its batch on an H100, over the padded rows they did not (why is open:
     loadtests/README.md, "Batch invariance on the GPU")."""
-    if scores.device.type != "cuda":
-        return torch.log_softmax(scores, dim=-1, out=out)
     vocab = scores.shape[-1]
+    if scores.device.type != "cuda" or vocab % ROW_ALIGNMENT == 0:
+        return torch.log_softmax(scores, dim=-1, out=out)
     padded = F.pad(scores, (0, -vocab % ROW_ALIGNMENT), value=float("-inf"))  # (n, V′), V′ · 4 bytes ≡ 0 mod 16
     return out.copy_(torch.log_softmax(padded, dim=-1)[:, :vocab])
 
