@@ -134,9 +134,14 @@ def attentions(device: str, dtype: torch.dtype) -> list[str]:
 MODES = decodings(12)
 
 
+def random_sources(network, count: int, seed: int) -> list[list[int]]:
+    """Source ids of a random checkpoint: 1 to 30 tokens and the end token."""
+    rng, eos = random.Random(seed), network.config.eos_token_id
+    return [[rng.randrange(2, 1000) for _ in range(rng.randint(1, 30))] + [eos] for _ in range(count)]
+
+
 def end_to_end(name: str, path: Path | None, device: str, dtype: str, styles: list[str], count: int) -> list[str]:
     bundle = load(path, device=device, dtype=dtype, traced=False) if path else load(device=device, dtype=dtype)
-    rng = random.Random(0)  # source ids of the random checkpoint
     if path is None:
         from num2words import num2words
 
@@ -144,8 +149,7 @@ def end_to_end(name: str, path: Path | None, device: str, dtype: str, styles: li
         ids = [bundle.source(f">>{LANGUAGES[i % 4]}<< {num2words(n, lang='en')}").ids
                for i, n in enumerate(held_out_numbers(count, seed=5))]
     else:
-        eos = bundle.network.config.eos_token_id
-        ids = [[rng.randrange(2, 1000) for _ in range(rng.randint(1, 30))] + [eos] for _ in range(count)]
+        ids = random_sources(bundle.network, count, seed=0)
     lines = []
     for style in styles:
         styled(bundle.network, style)
@@ -206,11 +210,9 @@ def layers(name: str, path: Path, device: str, dtype: str, pairs=((1, 16), (64, 
     from model.static_step import StaticStep
 
     network = load(path, device=device, dtype=dtype, traced=False).network
-    rng = random.Random(1)
-    eos = network.config.eos_token_id
-    ids = [[rng.randrange(2, 1000) for _ in range(rng.randint(1, 30))] + [eos] for _ in range(40)]
+    ids = random_sources(network, 40, seed=1)
     decoder = BatchDecoder(network, capacity=200, max_source_len=64, max_new_tokens=12)
-    decoder.admit([(i, source, decodings(12)["greedy"]) for i, source in enumerate(ids)])
+    decoder.admit([(i, source, MODES["greedy"]) for i, source in enumerate(ids)])
     step = StaticStep(network, decoder.cache, capture=False)  # eager: hooks see every module
     lines = []
 

@@ -38,13 +38,12 @@ def kernel_time(fn, runs: int) -> tuple[float, float]:
 
 def measure(name: str, path: Path, device: str, dtype: str, runs: int) -> str:
     network = load(path, device=device, dtype=dtype, traced=False).network
-    decoder = BatchDecoder(network, capacity=128, max_source_len=64, max_new_tokens=runs + 16,
-                           static_shapes=True)
+    tokens = runs + 16  # the timed steps and their warm-up, with room
+    decoder = BatchDecoder(network, capacity=128, max_source_len=64, max_new_tokens=tokens, static_shapes=True)
     step = decoder.static_step
     rows = step.buckets[0]
     eos = network.config.eos_token_id
     # a search that cannot end early: its source long, the end token forbidden until the last step
-    tokens = runs + 16
     decoder.admit([("one", list(range(5, 29)) + [eos], DecodeParams(max_new_tokens=tokens, min_new_tokens=tokens))])
     with torch.inference_mode():
         step_ms = timed_ms(decoder.step, device, runs)
