@@ -212,8 +212,8 @@ class BatchDecoder:
         if beams:
             top_tokens, top_logprobs = next(on_host), next(on_host)
             chosen_parents += self._together(beams, advance_beams, top_logprobs, top_tokens)
-        if constrained:  # one at a time: advance_constrained changes its searches one by one
-            chosen_parents += self._each_alone(constrained, advance_constrained, *on_host)
+        if constrained:
+            chosen_parents += advance_constrained(constrained, *on_host, alone=self._alone, together=self._together)
         for s, local in chosen_parents:
             for row, parent in zip(s.rows, local):
                 parents[row] = s.rows[parent]
@@ -236,21 +236,23 @@ class BatchDecoder:
             self.failures[id(search)] = error
             return None
 
-    def _together(self, searches: list, advance: Callable, *inputs: torch.Tensor) -> list[tuple[Search, list[int]]]:
-        """advance(searches, *inputs) → (search, local parents) pairs; `inputs` hold each search's rows in turn. If
-        it raises, each search advances alone (_each_alone), so only the one that raises fails: `advance` must
-        change no search before every search has chosen (advance_beams), and a search chooses the same tokens
-        alone as beside others."""
+    def _together(self, searches: list, advance: Callable, *inputs: torch.Tensor,
+                  rows: Callable[[Search], int] = lambda s: s.num_rows) -> list[tuple[Search, list[int]]]:
+        """advance(searches, *inputs) → (search, local parents) pairs; `inputs` hold each search's rows(search)
+        rows in turn. If it raises, each search advances alone (_each_alone), so only the one that raises fails:
+        `advance` must change no search before every search has chosen (advance_beams), and a search chooses the
+        same tokens alone as beside others."""
         try:
             return list(zip(searches, advance(searches, *inputs)))
         except Exception:
-            return self._each_alone(searches, advance, *inputs)
+            return self._each_alone(searches, advance, *inputs, rows=rows)
 
-    def _each_alone(self, searches: list, advance: Callable, *inputs: torch.Tensor) -> list[tuple[Search, list[int]]]:
+    def _each_alone(self, searches: list, advance: Callable, *inputs: torch.Tensor,
+                    rows: Callable[[Search], int] = lambda s: s.num_rows) -> list[tuple[Search, list[int]]]:
         """advance([search], *its rows of inputs) for each search in turn; one that raises fails alone."""
-        firsts = itertools.accumulate((s.num_rows for s in searches), initial=0)
-        alone = [(s, self._alone(s, lambda s, rows: advance([s], *(t[rows] for t in inputs))[0], s,
-                                 slice(first, first + s.num_rows)))
+        firsts = itertools.accumulate(map(rows, searches), initial=0)
+        alone = [(s, self._alone(s, lambda s, part: advance([s], *(t[part] for t in inputs))[0], s,
+                                 slice(first, first + rows(s))))
                  for s, first in zip(searches, firsts)]
         return [(s, local) for s, local in alone if local is not None]
 

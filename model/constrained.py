@@ -23,6 +23,7 @@ C constraints, m constrained rows in the batch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -42,8 +43,12 @@ class Constraints:
         self.sequences = sequences
         self.fallback = [_failure(c) for c in sequences]
         self.start: State = (0,) * len(sequences)
+        self.tokens = frozenset(token for c in sequences for token in c)
+        # a search asks the same few transitions of every live hypothesis at each step: each computed once
+        self.advance = functools.cache(self._advance)
+        self.bank = functools.cache(self._bank)
 
-    def advance(self, state: State, token: int) -> State:
+    def _advance(self, state: State, token: int) -> State:
         return tuple(p if p == len(c) else self._match(i, p, token)
                      for i, (c, p) in enumerate(zip(self.sequences, state)))
 
@@ -56,17 +61,17 @@ class Constraints:
     def met(self, state: State) -> bool:
         return all(p == len(c) for c, p in zip(self.sequences, state))
 
-    def bank(self, state: State) -> int:
+    def _bank(self, state: State) -> int:
         """Constraint tokens met: whole constraints, and the furthest progress inside an unmet one."""
         done = sum(p for c, p in zip(self.sequences, state) if p == len(c))
         return done + max((p for c, p in zip(self.sequences, state) if p < len(c)), default=0)
 
-    def may_progress(self, state: State) -> set[int] | None:
+    def may_progress(self, state: State) -> frozenset[int] | None:
         """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
         fallback lands on one of them); None (every token) once a constraint is met, as that stays."""
         if any(p == len(c) for c, p in zip(self.sequences, state)):
             return None
-        return {token for c in self.sequences for token in c}
+        return self.tokens
 
     def next_tokens(self, state: State) -> list[int]:
         """Per constraint, the token that continues it (a met one's first token: a placeholder, never proposed)."""
@@ -114,7 +119,6 @@ class ConstrainedBeamSearch(Search):
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
         self.finished: list[tuple[bool, float, list[int]]] = []  # constraint beams': (all met, score, tokens)
-        self.candidates: list[Candidate] = []  # this step's, between propose and settle
 
     def wanted_tokens(self) -> list[list[int]]:
         """(r, C): per row, the token continuing each constraint, whose log-probability the step gathers."""
@@ -122,18 +126,46 @@ class ConstrainedBeamSearch(Search):
         states += [self.constraints.start] * (self.num_rows - len(states))
         return [self.constraints.next_tokens(state) for state in states]
 
-    def propose(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor, wanted_logprobs: torch.Tensor) -> None:
-        """The first half of a step, before the own search advances: the constraint beams' candidates.
-        top_logprobs, top_tokens (r, W); wanted_logprobs (r, C) of wanted_tokens()."""
-        self.candidates = self._candidates(self._live(), top_logprobs, top_tokens, wanted_logprobs)
+    def live(self) -> list[Beam]:
+        """The hypotheses that may grow: the own search's running ones and the constraint beams."""
+        own = []
+        if not self.own.done:
+            scores = self.own.running_scores if isinstance(self.own, BeamSearch) else [self.own.logprob]
+            # a copy of the tokens: a greedy search appends to its own list
+            own = [Beam(list(tokens), score, state, row) for row, (tokens, score, state)
+                   in enumerate(zip(self.own.sequences, scores, self.own_states)) if score > NEG_LARGE]
+        return own + self.beams
 
-    def own_advance(self, top_logprobs: torch.Tensor, top_tokens: torch.Tensor) -> list[int]:
+    def propose(self, live: list[Beam], top_tokens: list[list[int]], top_totals: list[list[float]],
+                wanted_totals: list[list[float]]) -> list[Candidate]:
+        """The first half of a step, before the own search advances: the constraint beams' candidates. Per live
+        hypothesis (live()), its top W tokens, their totals (its score + their log-probabilities, float32) and
+        the totals of its constraints' next tokens (wanted_tokens(); columns past C are padding). A candidate is
+        a top or constraint token that meets some constraint token; </s> only with every constraint met (or at
+        the limit)."""
+        at_limit = self.cur_len + 1 >= self.max_length
+        candidates = []
+        for beam, tokens, totals, wanted in zip(live, top_tokens, top_totals, wanted_totals):
+            seen, useful = set(), self.constraints.may_progress(beam.state)
+            for token, total in zip(tokens + self.constraints.next_tokens(beam.state), totals + wanted):
+                if total == NEG_INF or token in seen or (useful is not None and token not in useful):
+                    continue
+                seen.add(token)
+                state = self.constraints.advance(beam.state, token)
+                bank = self.constraints.bank(state)
+                if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
+                    continue
+                candidates.append(Candidate(total, beam, token, state, bank))
+        return candidates
+
+    def own_advance(self, token: int, logprob: float) -> list[int]:
         """A greedy own search's step (own beam searches step together: advance_constrained) → its parent rows."""
-        self.own.advance(int(top_tokens[0, 0]), float(top_logprobs[0, 0]))
+        self.own.advance(token, logprob)
         return [0]
 
-    def settle(self, own_parents: list[int]) -> list[int]:
-        """The second half, once the own search has stepped (own_parents: its rows' parents) → every row's parent."""
+    def settle(self, own_parents: list[int], candidates: list[Candidate]) -> list[int]:
+        """The second half, once the own search has stepped (own_parents: its rows' parents; none once it is done):
+        the constraint beams from the proposed candidates → every row's parent."""
         k = self.params.num_beams
         at_limit = self.cur_len + 1 >= self.max_length
         parents = list(range(self.num_rows))
@@ -142,7 +174,7 @@ class ConstrainedBeamSearch(Search):
             self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1])
                                for p, tokens in zip(own_parents, self.own.sequences)]
         own = {tuple(tokens) for tokens in self.own.sequences} if own_parents else set()
-        candidates = [c for c in self.candidates if tuple(c.tokens) not in own]  # the own search holds these
+        candidates = [c for c in candidates if tuple(c.tokens) not in own]  # the own search holds these
         if at_limit:
             self._finish(candidates)
             kept = []
@@ -156,42 +188,6 @@ class ConstrainedBeamSearch(Search):
         self.sequences += [[]] * (self.num_rows - len(self.sequences))  # idle rows read the start token
         self.done = at_limit or (self.own.done and (self._own_best_complete() or self._settled()))
         return parents
-
-    def _live(self) -> list[Beam]:
-        """The hypotheses that may grow: the own search's running ones and the constraint beams."""
-        own = []
-        if not self.own.done:
-            scores = self.own.running_scores if isinstance(self.own, BeamSearch) else [self.own.logprob]
-            # a copy of the tokens: a greedy search appends to its own list
-            own = [Beam(list(tokens), score, state, row) for row, (tokens, score, state)
-                   in enumerate(zip(self.own.sequences, scores, self.own_states)) if score > NEG_LARGE]
-        return own + self.beams
-
-    def _candidates(self, live: list[Beam], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
-                    wanted_logprobs: torch.Tensor) -> list[Candidate]:
-        """Each live hypothesis' top tokens and constraint tokens that meet some constraint token; </s> only with
-        every constraint met (or at the limit)."""
-        if not live:
-            return []
-        at_limit = self.cur_len + 1 >= self.max_length
-        rows = torch.tensor([b.row for b in live], dtype=torch.long)
-        running = torch.tensor([b.score for b in live], dtype=torch.float32)[:, None]  # (live, 1)
-        # float32 sums, as BeamSearch adds a row's score to its log-probabilities
-        top_totals = (top_logprobs[rows] + running).tolist()  # (live, W)
-        wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, C)
-        candidates = []
-        for beam, tokens, totals, wanted in zip(live, top_tokens[rows].tolist(), top_totals, wanted_totals):
-            seen, useful = set(), self.constraints.may_progress(beam.state)
-            for token, total in zip(tokens + self.constraints.next_tokens(beam.state), totals + wanted):
-                if total == NEG_INF or token in seen or (useful is not None and token not in useful):
-                    continue
-                seen.add(token)
-                state = self.constraints.advance(beam.state, token)
-                bank = self.constraints.bank(state)
-                if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
-                    continue
-                candidates.append(Candidate(total, beam, token, state, bank))
-        return candidates
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
         """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` finish instead."""
@@ -232,19 +228,21 @@ class ConstrainedBeamSearch(Search):
         return state
 
     def _settled(self) -> bool:
-        """transformers' stop rule over the constraint beams' complete hypotheses: as many as the beams' rows,
-        and (unless early_stopping) no live beam that could still beat the worst."""
+        """transformers' stop rule over the constraint beams' complete hypotheses, for the ones returned: as many as
+        num_return_sequences, and (unless early_stopping) no live beam that could still beat the last of those.
+        (Waiting for as many as the constraint rows, as a beam search waits for num_beams, took a fifth more steps
+        and kept no more terms: loadtests/README.md.)"""
         p = self.params
         complete = [score for met, score, _ in self.finished if met]
         if not self.beams:
             return True
-        if len(complete) < self.num_rows - p.num_beams:
+        if len(complete) < p.num_return_sequences:
             return False
         if p.early_stopping is True:
             return True
         generated = self.max_length - 1 if p.early_stopping == "never" and p.length_penalty > 0 else self.cur_len - 1
         best = max(b.score for b in self.beams) / generated ** p.length_penalty
-        return best <= min(complete)
+        return best <= complete[p.num_return_sequences - 1]
 
     def results(self) -> list[Hypothesis]:
         """The own search's hypotheses when its best meets every constraint; else the best complete hypotheses
@@ -276,21 +274,44 @@ def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.T
 
 
 def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
-                        wanted_logprobs: torch.Tensor) -> list[list[int]]:
-    """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → local parents. Their
-    own beam searches step together, as advance_beams steps the batch's others."""
-    firsts = list(itertools.accumulate((s.num_rows for s in searches), initial=0))
-    for s, first in zip(searches, firsts):
-        rows = slice(first, first + s.num_rows)
-        s.propose(top_logprobs[rows], top_tokens[rows], wanted_logprobs[rows, :len(s.params.constraints)])
-    stepping = [(s, first) for s, first in zip(searches, firsts) if not s.own.done]
-    beams = [(s, first) for s, first in stepping if isinstance(s.own, BeamSearch)]
+                        wanted_logprobs: torch.Tensor, alone: Callable, together: Callable) -> list[tuple[Search, list[int]]]:
+    """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → (search, local
+    parents) for each that did not fail. They step together: one gather gives every live hypothesis' totals, their
+    own beam searches step as one (advance_beams, as the batch's others), then each settles. What one search
+    raises fails it alone: `alone(search, fn, *args)` is fn(*args), or None when it raised; `together(searches,
+    advance, *inputs, rows=)` steps searches whose rows(search) rows lie in turn in `inputs`, each alone if it
+    raises (the batch decoder's)."""
+    first = dict(zip(map(id, searches), itertools.accumulate((s.num_rows for s in searches), initial=0)))
+    lives = [(s, live) for s in searches if (live := alone(s, s.live)) is not None]
+    rows = torch.tensor([first[id(s)] + b.row for s, live in lives for b in live], dtype=torch.long)
+    running = torch.tensor([b.score for _, live in lives for b in live], dtype=torch.float32)[:, None]  # (live, 1)
+    # float32 sums, as BeamSearch adds a row's score to its log-probabilities
+    top_totals = (top_logprobs[rows] + running).tolist()  # (live, W)
+    wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, C)
+    tokens = top_tokens[rows].tolist()
+    proposed = []  # (search, its candidates)
+    for (s, live), start in zip(lives, itertools.accumulate((len(live) for _, live in lives), initial=0)):
+        part = slice(start, start + len(live))
+        candidates = alone(s, s.propose, live, tokens[part], top_totals[part], wanted_totals[part])
+        if candidates is not None:
+            proposed.append((s, candidates))
+
+    stepping = [s for s, _ in proposed if not s.own.done]
+    beams = [s for s in stepping if isinstance(s.own, BeamSearch)]
     own_parents = {}
     if beams:
-        own_rows = torch.tensor([first + r for s, first in beams for r in range(s.params.num_beams)])
-        stepped = advance_beams([s.own for s, _ in beams], top_logprobs[own_rows], top_tokens[own_rows])
-        own_parents = {id(s): parents for (s, _), parents in zip(beams, stepped)}
-    for s, first in stepping:
+        own_rows = torch.tensor([first[id(s)] + r for s in beams for r in range(s.params.num_beams)])
+        stepped = together(beams, lambda group, *inputs: advance_beams([s.own for s in group], *inputs),
+                           top_logprobs[own_rows], top_tokens[own_rows], rows=lambda s: s.params.num_beams)
+        own_parents.update((id(s), parents) for s, parents in stepped)
+    for s in stepping:
         if not isinstance(s.own, BeamSearch):
-            own_parents[id(s)] = s.own_advance(top_logprobs[first:first + 1], top_tokens[first:first + 1])
-    return [s.settle(own_parents.get(id(s), [])) for s in searches]
+            parents = alone(s, s.own_advance, int(top_tokens[first[id(s)], 0]), float(top_logprobs[first[id(s)], 0]))
+            if parents is not None:
+                own_parents[id(s)] = parents
+    failed = {id(s) for s in stepping} - own_parents.keys()  # their own search's step raised
+    settled = []
+    for s, candidates in proposed:
+        if id(s) not in failed and (parents := alone(s, s.settle, own_parents.get(id(s), []), candidates)) is not None:
+            settled.append((s, parents))
+    return settled

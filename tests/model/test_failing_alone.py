@@ -11,7 +11,7 @@ from model.search import BeamSearch
 NEW_TOKENS = 12
 FAIL_AFTER_STEPS = 3
 SOURCES = ["the cat sat on the mat", "a dog runs", "we go home now", "seven birds", "she reads a long book today",
-           "it rains", "the old man and the sea"]
+           "it rains", "the old man and the sea", "the cat and the dog"]
 
 
 class Injected(Exception):
@@ -48,21 +48,22 @@ def entries(bundle) -> list:
     params = {0: DecodeParams(NEW_TOKENS), 1: DecodeParams(NEW_TOKENS), 2: DecodeParams(NEW_TOKENS, num_beams=4),
               3: DecodeParams(NEW_TOKENS, num_beams=4), 4: DecodeParams(NEW_TOKENS, num_beams=4),
               5: DecodeParams(NEW_TOKENS, do_sample=True, seed=3),
-              6: DecodeParams(NEW_TOKENS, num_beams=2, constraints=(term,))}
+              6: DecodeParams(NEW_TOKENS, num_beams=2, constraints=(term,)),
+              7: DecodeParams(NEW_TOKENS, num_beams=2, constraints=(term,))}
     languages = bundle.resolve_languages(None, None, translating=False)
     return [(key, bundle.source(text, *languages).ids, p)
             for (key, p), text in zip(params.items(), SOURCES)]
 
 
-def decode(bundle, victim: int | None) -> dict:
+def decode(bundle, victim: int | None, part=lambda search: search) -> dict:
     """{key: hypotheses or the error it failed with}, every entry in one running batch; `victim` fails after
-    FAIL_AFTER_STEPS steps."""
+    FAIL_AFTER_STEPS steps (the `part` of its search breaks)."""
     decoder = BatchDecoder(bundle.network, capacity=32, max_source_len=64, max_new_tokens=NEW_TOKENS)
     decoder.admit(entries(bundle))
     out, steps = {}, 0
     while decoder.searches:
         if steps == FAIL_AFTER_STEPS and victim is not None:
-            inject(decoder.searches[victim])
+            inject(part(decoder.searches[victim]))
         for event in decoder.step():
             if event.error is not None or event.results is not None:
                 out[event.key] = event.error or [(h.token_ids, h.score) for h in event.results]
@@ -77,9 +78,14 @@ def clean(bundle) -> dict:
     return outputs
 
 
-@pytest.mark.parametrize("victim,kind", [(0, "greedy"), (3, "a beam search of a group of three"),
-                                         (5, "sampling"), (6, "constrained")])
-def test_one_failing_search_fails_alone(bundle, clean, victim, kind):
-    faulty = decode(bundle, victim)
+def own_search(search):
+    return search.own
+
+
+@pytest.mark.parametrize("victim,kind,part", [(0, "greedy", None), (3, "a beam search of a group of three", None),
+                                              (5, "sampling", None), (6, "constrained, beside another", None),
+                                              (7, "the own beam search of a constrained search", own_search)])
+def test_one_failing_search_fails_alone(bundle, clean, victim, kind, part):
+    faulty = decode(bundle, victim, part or (lambda search: search))
     assert isinstance(faulty.pop(victim), Injected), kind
     assert faulty == {key: value for key, value in clean.items() if key != victim}
