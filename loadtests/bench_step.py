@@ -56,10 +56,10 @@ def measure(path: Path, rows: int, capacity: int, steps: int) -> list[tuple[str,
     cache.write_source(0, *network.cross_kv(memory), source_mask)
 
     def eager(tokens, positions, target_len):
-        return network.decode_step(cache, tokens, positions, target_len, SOURCE_TOKENS)
+        return network.decode_step(cache, tokens, positions, target_len, SOURCE_TOKENS)[0]
 
     def static(tokens, positions, target_len):
-        return network.decode_step(cache, tokens, positions, capacity, SOURCE_TOKENS)
+        return network.decode_step(cache, tokens, positions, capacity, SOURCE_TOKENS)[0]
 
     results = [("eager", median_step(eager, rows, steps), None),
                ("eager, static shape", median_step(static, rows, steps), None)]

@@ -34,14 +34,6 @@ class AlignmentInput:
     target_ids: list[int]  # the generated ids (forced first token and </s> included), as a Hypothesis holds them
 
 
-def alignment_layer(decoder_layers: int) -> int:
-    """The decoder layer whose cross-attention aligns best: the penultimate one. Garg et al. (2019, "Jointly
-    Learning to Align and Translate", fairseq's alignment_layer) measured the lowest alignment error there for
-    models trained without alignment supervision; the last layer attends to what helps predict the next word
-    more than to its source, and the lower layers attend broadly."""
-    return max(decoder_layers - 2, 0)
-
-
 def cross_attentions(network: Seq2SeqTransformer, pairs: Sequence[tuple[list[int], list[int]]],
                      layer: int) -> list[torch.Tensor]:
     """Head-averaged cross-attention (T, S) of decoder layer `layer` for each (source ids, generated ids): row t
@@ -103,7 +95,7 @@ def word_alignments(bundle: ModelBundle, units: Sequence[AlignmentInput], layer:
     if not units:
         return []
     network, tokenizer = bundle.network, bundle.tokenizer
-    layer = alignment_layer(network.config.decoder_layers) if layer is None else layer
+    layer = network.alignment_layer if layer is None else layer
     attentions = cross_attentions(network, [(u.source_ids, u.target_ids) for u in units], layer)
     out = []
     for unit, attention in zip(units, attentions):

@@ -144,8 +144,8 @@ class BatchDecoder:
         if not searches:
             return []
         target_len = max(s.cur_len for s in searches)
-        scores, logprobs = self._scores(searches, target_len)
-        parents = self._advance(searches, scores, logprobs)
+        scores, logprobs, queried = self._scores(searches, target_len)
+        parents = self._advance(searches, scores, logprobs, queried)
         continued = [(parent, row) for row, parent in enumerate(parents) if parent != row]
         if continued:
             src, dst = torch.tensor(continued, device=self.model.device).T
@@ -165,8 +165,9 @@ class BatchDecoder:
         self._release(leaving)
         return events
 
-    def _scores(self, searches: list[Search], target_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The network's next-token logits and log-probabilities of the live rows, each (n, V), after the rules."""
+    def _scores(self, searches: list[Search], target_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The network's next-token logits and log-probabilities of the live rows, each (n, V), after the rules,
+        and the alignment layer's input (n, D) (decode_step)."""
         n = self.live_rows
         tokens, positions = [0] * n, [0] * n
         for s in searches:
@@ -174,17 +175,18 @@ class BatchDecoder:
                 tokens[row], positions[row] = token, s.cur_len - 1
         step_tokens, step_positions = torch.tensor([tokens, positions], device=self.model.device)  # one copy
         if self.static_step is not None:
-            logits = self.static_step(step_tokens, step_positions)
+            logits, queried = self.static_step(step_tokens, step_positions)
         else:
             source_len = max(s.source_len for s in searches)
-            logits = self.model.decode_step(self.cache, step_tokens, step_positions, target_len, source_len)
+            logits, queried = self.model.decode_step(self.cache, step_tokens, step_positions, target_len, source_len)
         self.rules.record(step_tokens, step_positions)
         scores = logits.float()  # (n, V)
         logprobs = cuda_kernels.log_softmax(scores, out=self.logprobs[:n])
         self.rules.apply((scores, logprobs), step_positions, target_len, ActiveRules.of(searches))
-        return scores, logprobs
+        return scores, logprobs, queried
 
-    def _advance(self, searches: list[Search], scores: torch.Tensor, logprobs: torch.Tensor) -> list[int]:
+    def _advance(self, searches: list[Search], scores: torch.Tensor, logprobs: torch.Tensor,
+                 queried: torch.Tensor) -> list[int]:
         """Every search takes its next tokens → the parent row of each live row (itself but for beams)."""
         greedy = [s for s in searches if isinstance(s, SingleSearch) and not s.params.do_sample]
         beams = [s for s in searches if isinstance(s, BeamSearch)]
@@ -199,8 +201,10 @@ class BatchDecoder:
             width = min(2 * max(s.params.num_beams for s in beams), logprobs.shape[-1])
             top_logprobs, top_tokens = vocabulary_topk(_select_rows(logprobs, beam_rows), width)  # (m, W) each
             chosen += [top_tokens, top_logprobs]
-        if constrained:  # (m, W) × 2 and (m, C): only when some search has constraints
-            chosen += constrained_choices(constrained, logprobs, vocabulary_topk)
+        if constrained:  # (m, W) × 2, (m, C) and (m,): only when some search has constraints
+            def alignment(rows: torch.Tensor, source_len: int) -> torch.Tensor:
+                return self.model.alignment(self.cache, queried.index_select(0, rows), rows, source_len)
+            chosen += constrained_choices(constrained, logprobs, vocabulary_topk, alignment)
         on_host = iter(_to_host(chosen))
 
         parents = list(range(scores.shape[0]))

@@ -34,6 +34,7 @@ from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, S
                      finish_reason)
 
 State = tuple[int, ...]  # per constraint: its tokens matched so far; its length once met (it stays met)
+ANYWHERE = -1  # a start mask with every bit set: every constraint may start
 
 
 class Constraints:
@@ -48,9 +49,16 @@ class Constraints:
         self.advance = functools.cache(self._advance)
         self.bank = functools.cache(self._bank)
 
-    def _advance(self, state: State, token: int) -> State:
-        return tuple(p if p == len(c) else self._match(i, p, token)
-                     for i, (c, p) in enumerate(zip(self.sequences, state)))
+    def _advance(self, state: State, token: int, starts: int = ANYWHERE) -> State:
+        """`state` after `token`. starts: a bit per constraint that may begin at this token (its source term is
+        where the hypothesis attends); a constraint whose first token comes elsewhere stays unmatched."""
+        out = []
+        for i, (c, p) in enumerate(zip(self.sequences, state)):
+            if p < len(c):
+                p = self._match(i, p, token)
+                p = 0 if p == 1 and not starts >> i & 1 else p
+            out.append(p)
+        return tuple(out)
 
     def _match(self, i: int, matched: int, token: int) -> int:
         c, fallback = self.sequences[i], self.fallback[i]
@@ -114,11 +122,19 @@ class ConstrainedBeamSearch(Search):
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
         self.constraints = Constraints(params.constraints)
-        own = replace(params, constraints=())
+        own = replace(params, constraints=(), source_words=(), constraint_words=())
         self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
         self.finished: list[tuple[bool, float, list[int]]] = []  # constraint beams': (all met, score, tokens)
+        # per constraint, the source words of its source term (none: it may start anywhere)
+        self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
+        self.starts_at: dict[tuple[int, ...], int] = {}  # an own hypothesis' tokens → its start mask after them
+
+    def starts(self, word: int) -> int:
+        """The start mask of a row whose alignment-layer attention is highest on source word `word`: the
+        constraints whose source term holds that word, and those without source words."""
+        return sum(1 << i for i, words in enumerate(self.constraint_words) if not words or word in words)
 
     def wanted_tokens(self) -> list[list[int]]:
         """(r, C): per row, the token continuing each constraint, whose log-probability the step gathers."""
@@ -137,12 +153,14 @@ class ConstrainedBeamSearch(Search):
         return own + self.beams
 
     def propose(self, live: list[Beam], top_tokens: list[list[int]], top_totals: list[list[float]],
-                wanted_totals: list[list[float]]) -> list[Candidate]:
+                wanted_totals: list[list[float]], starts: list[int]) -> list[Candidate]:
         """The first half of a step, before the own search advances: the constraint beams' candidates. Per live
         hypothesis (live()), its top W tokens, their totals (its score + their log-probabilities, float32) and
-        the totals of its constraints' next tokens (wanted_tokens(); columns past C are padding). A candidate is
-        a top or constraint token that meets some constraint token; </s> only with every constraint met (or at
-        the limit)."""
+        the totals of its constraints' next tokens (wanted_tokens(); columns past C are padding); per row, its
+        start mask. A candidate is a top or constraint token that meets some constraint token; </s> only with
+        every constraint met (or at the limit)."""
+        for tokens, row_starts in zip(self.own.sequences, starts):
+            self.starts_at[tuple(tokens)] = row_starts
         at_limit = self.cur_len + 1 >= self.max_length
         candidates = []
         for beam, tokens, totals, wanted in zip(live, top_tokens, top_totals, wanted_totals):
@@ -151,7 +169,7 @@ class ConstrainedBeamSearch(Search):
                 if total == NEG_INF or token in seen or (useful is not None and token not in useful):
                     continue
                 seen.add(token)
-                state = self.constraints.advance(beam.state, token)
+                state = self.constraints.advance(beam.state, token, starts[beam.row])
                 bank = self.constraints.bank(state)
                 if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue
@@ -171,7 +189,8 @@ class ConstrainedBeamSearch(Search):
         parents = list(range(self.num_rows))
         if own_parents:
             parents[:k] = own_parents
-            self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1])
+            self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1],
+                                                        self.starts_at[tuple(tokens[:-1])])
                                for p, tokens in zip(own_parents, self.own.sequences)]
         own = {tuple(tokens) for tokens in self.own.sequences} if own_parents else set()
         candidates = [c for c in candidates if tuple(c.tokens) not in own]  # the own search holds these
@@ -222,9 +241,11 @@ class ConstrainedBeamSearch(Search):
         return self.constraints.met(self._state(self.own.results()[0].token_ids))
 
     def _state(self, tokens: list[int]) -> State:
+        """An own hypothesis' progress: its tokens through the automaton, each with the start mask its prefix's
+        row had."""
         state = self.constraints.start
-        for token in tokens:
-            state = self.constraints.advance(state, token)
+        for end, token in enumerate(tokens):
+            state = self.constraints.advance(state, token, self.starts_at[tuple(tokens[:end])])
         return state
 
     def _settled(self) -> bool:
@@ -258,10 +279,12 @@ class ConstrainedBeamSearch(Search):
                 for _, score, tokens in ranked[: self.params.num_return_sequences]]
 
 
-def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor,
-                        top: Callable) -> list[torch.Tensor]:
+def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor, top: Callable,
+                        alignment: Callable) -> list[torch.Tensor]:
     """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
-    (m, W) and the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest."""
+    (m, W), the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest, and
+    the source word each row attends to most (m,). alignment(rows, S): the rows' alignment-layer attention over the
+    first S source tokens (m, S)."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
     # 2·k for the own beam search, 2·(constraint rows) for the constraint beams
@@ -270,18 +293,37 @@ def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.T
     wanted = [row for s in searches for row in s.wanted_tokens()]
     width = max(len(row) for row in wanted)
     wanted = torch.tensor([row + [row[0]] * (width - len(row)) for row in wanted], device=logprobs.device)
-    return [top_logprobs, top_tokens, mine.gather(1, wanted)]
+    return [top_logprobs, top_tokens, mine.gather(1, wanted), attended_words(searches, rows, alignment)]
+
+
+def attended_words(searches: list[ConstrainedBeamSearch], rows: torch.Tensor, alignment: Callable) -> torch.Tensor:
+    """(m,): per row, the source word with the most attention (its tokens' weights summed; special tokens belong
+    to none), as model.alignment aligns a target word; 0 where no search places its constraints by source."""
+    if not any(s.params.constraint_words for s in searches):
+        return torch.zeros(len(rows), dtype=torch.long, device=rows.device)
+    length = max(len(s.params.source_words) for s in searches)
+    words = max(max(s.params.source_words, default=0) for s in searches) + 1
+    # each source token's word, padding and special tokens in one more column that no row picks
+    token_words = torch.tensor([[w if w >= 0 else words for w in s.params.source_words]
+                                + [words] * (length - len(s.params.source_words))
+                                for s in searches for _ in s.rows], device=rows.device)  # (m, S)
+    weights = alignment(rows, length)  # (m, S)
+    per_word = weights.new_zeros(len(rows), words + 1).scatter_add_(1, token_words, weights)
+    return per_word[:, :words].argmax(1)
 
 
 def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
-                        wanted_logprobs: torch.Tensor, alone: Callable, together: Callable) -> list[tuple[Search, list[int]]]:
+                        wanted_logprobs: torch.Tensor, attended: torch.Tensor, alone: Callable,
+                        together: Callable) -> list[tuple[Search, list[int]]]:
     """Every constrained search takes its next tokens (its rows in turn in the (m, ·) inputs) → (search, local
     parents) for each that did not fail. They step together: one gather gives every live hypothesis' totals, their
     own beam searches step as one (advance_beams, as the batch's others), then each settles. What one search
     raises fails it alone: `alone(search, fn, *args)` is fn(*args), or None when it raised; `together(searches,
     advance, *inputs, rows=)` steps searches whose rows(search) rows lie in turn in `inputs`, each alone if it
-    raises (the batch decoder's)."""
+    raises (the batch decoder's). attended (m,): constrained_choices' source word per row."""
     first = dict(zip(map(id, searches), itertools.accumulate((s.num_rows for s in searches), initial=0)))
+    attended = attended.tolist()
+    starts = {id(s): [s.starts(word) for word in attended[first[id(s)]:first[id(s)] + s.num_rows]] for s in searches}
     lives = [(s, live) for s in searches if (live := alone(s, s.live)) is not None]
     rows = torch.tensor([first[id(s)] + b.row for s, live in lives for b in live], dtype=torch.long)
     running = torch.tensor([b.score for _, live in lives for b in live], dtype=torch.float32)[:, None]  # (live, 1)
@@ -292,7 +334,7 @@ def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: tor
     proposed = []  # (search, its candidates)
     for (s, live), start in zip(lives, itertools.accumulate((len(live) for _, live in lives), initial=0)):
         part = slice(start, start + len(live))
-        candidates = alone(s, s.propose, live, tokens[part], top_totals[part], wanted_totals[part])
+        candidates = alone(s, s.propose, live, tokens[part], top_totals[part], wanted_totals[part], starts[id(s)])
         if candidates is not None:
             proposed.append((s, candidates))
 

@@ -1,8 +1,10 @@
-"""Glossaries in the model's terms: which target terms a source sentence calls for, and their target token ids.
+"""Glossaries in the model's terms: which target terms a source sentence calls for, their target token ids, and
+the source words each translates.
 
     glossary = Glossary([("forty-two", "quarante-trois")])
     glossary.targets("One hundred and Forty-Two.")     # → ("quarante-trois",)
     term_ids(bundle.tokenizer, "quarante-trois")        # → (55, 7, 85): one of DecodeParams.constraints
+    constrained(bundle.tokenizer, glossary, source, text)  # → the Source with its constraints and their places
 
 Matching is on words: a text is split into words and punctuation marks (NFKC, case-folded), so case and spacing
 do not matter, a term matches only whole words, and punctuation next to it does not hide it. The longest terms
@@ -13,9 +15,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import replace
 from typing import Iterable
 
+from .alignment import token_words
+from .bundle import Source
 from .families import Tokenizer
+from .text.inline import word_spans
 
 WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
 
@@ -33,6 +39,11 @@ def words(text: str) -> tuple[str, ...]:
     return tuple(WORD.findall(unicodedata.normalize("NFKC", text).casefold()))
 
 
+def _located_words(text: str) -> list[tuple[str, tuple[int, int]]]:
+    """words(text), each with its (start, end) in `text`."""
+    return [(unicodedata.normalize("NFKC", m.group()).casefold(), m.span()) for m in WORD.finditer(text)]
+
+
 class Glossary:
     """(source term, target term) pairs, indexed by the source term's words (a later pair wins a repeated term)."""
 
@@ -42,7 +53,13 @@ class Glossary:
 
     def targets(self, sentence: str) -> tuple[str, ...]:
         """The target terms of the source terms in `sentence`, in the order they occur, each once."""
-        tokens = words(sentence)
+        return tuple(self.matches(sentence))
+
+    def matches(self, sentence: str) -> dict[str, list[tuple[int, int]]]:
+        """The target terms of the source terms in `sentence`, in the order they first occur, each with the
+        (start, end) characters of its source term's occurrences."""
+        located = _located_words(sentence)
+        tokens = tuple(word for word, _ in located)
         found = [(n, start) for n in range(min(self.longest, len(tokens)), 0, -1)
                  for start in range(len(tokens) - n + 1) if tokens[start:start + n] in self.terms]
         taken, matches = set(), []
@@ -50,8 +67,12 @@ class Glossary:
             span = range(start, start + n)
             if taken.isdisjoint(span):
                 taken.update(span)
-                matches.append((start, self.terms[tokens[start:start + n]]))
-        return tuple(dict.fromkeys(target for _, target in sorted(matches)))
+                matches.append((start, n))
+        out: dict[str, list[tuple[int, int]]] = {}
+        for start, n in sorted(matches):
+            out.setdefault(self.terms[tokens[start:start + n]], []).append(
+                (located[start][1][0], located[start + n - 1][1][1]))
+        return out
 
 
 def term_ids(tokenizer: Tokenizer, term: str) -> tuple[int, ...]:
@@ -70,9 +91,21 @@ def check_terms(tokenizer: Tokenizer, terms: Iterable[str]) -> None:
         term_ids(tokenizer, term)
 
 
-def term_constraints(tokenizer: Tokenizer, glossary: Glossary, sentence: str) -> tuple[tuple[int, ...], ...]:
-    """The target-id sequences a translation of `sentence` must contain under `glossary`."""
-    return tuple(term_ids(tokenizer, target) for target in glossary.targets(sentence))
+def constrained(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str) -> Source:
+    """`source` (the encoded `sentence`) with the target-id sequences its translation must contain under `glossary`
+    and where each may begin (DecodeParams.source_words, constraint_words): the words of `sentence` its source
+    tokens spell, as model.alignment counts them, and those of each constraint's source term."""
+    matches = glossary.matches(sentence)
+    if not matches:
+        return source
+    source_words = tuple(words[0] if words else -1
+                         for words in token_words(sentence, tokenizer.token_bytes(source.ids, source=True)))
+    spans = word_spans(sentence)
+    constraint_words = tuple(tuple(w for w, (start, end) in enumerate(spans)
+                                   if any(start < to and at < end for at, to in places))
+                             for places in matches.values())
+    return replace(source, constraints=tuple(term_ids(tokenizer, target) for target in matches),
+                   source_words=source_words, constraint_words=constraint_words)
 
 
 def _spacing(text: str) -> str:

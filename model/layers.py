@@ -168,12 +168,13 @@ class CrossAttention(nn.Module):
         out = attention(q, k, v, attn_mask, self.scale)
         return self.out_proj(merge_heads(out))
 
-    def weights(self, x: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        """softmax(QKᵀ·scale + mask) (B, H, T, S) in float32: the weights forward's SDPA applies without returning
-        them. For word alignment only; decoding never calls it. attn_mask: bool (B, 1, 1, S), True = attend."""
+    def weights(self, x: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor,
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """softmax(QKᵀ·scale + mask) (B, H, T, S) in `dtype`: the weights forward's SDPA applies without returning
+        them, for word alignment. attn_mask: bool (B, 1, 1, S), True = attend."""
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, Dh)
         scale = q.shape[-1] ** -0.5 if self.scale is None else self.scale
-        scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # (B, H, T, S)
+        scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # (B, H, T, S)
         return scores.masked_fill(~attn_mask, float("-inf")).softmax(-1)
 
 
@@ -248,18 +249,21 @@ class DecoderLayer(Sublayers):
         return self.enter(self.self_attn_layer_norm, x)
 
     def post_self_attention(self, x, attn_out, cross_k, cross_v, cross_mask):
-        """Everything after the self-attention sub-layer; shared by the cached step and the full forward."""
+        """Everything after the self-attention sub-layer; shared by the cached step and the full forward → the
+        layer's output and the cross-attention's input (what its queries project: model.alignment reads it)."""
         x = self.leave(self.self_attn_layer_norm, x, attn_out)
         norm = self.encoder_attn_layer_norm
-        x = self.leave(norm, x, self.encoder_attn(self.enter(norm, x), cross_k, cross_v, cross_mask))
+        queried = self.enter(norm, x)
+        x = self.leave(norm, x, self.encoder_attn(queried, cross_k, cross_v, cross_mask))
         norm = self.final_layer_norm
-        return self.leave(norm, x, self.ffn(self.enter(norm, x)))
+        return self.leave(norm, x, self.ffn(self.enter(norm, x))), queried
 
     def forward(self, x, self_mask, cross_k, cross_v, cross_mask):
         """Teacher-forced pass over a whole target prefix (training and the no-cache oracle); self_mask None
         means plain causal attention."""
-        return self.post_self_attention(x, self._teacher_forced_self_attention(x, self_mask), cross_k, cross_v,
+        x, _ = self.post_self_attention(x, self._teacher_forced_self_attention(x, self_mask), cross_k, cross_v,
                                         cross_mask)
+        return x
 
     def cross_attention_weights(self, x, self_mask, cross_k, cross_mask) -> torch.Tensor:
         """Teacher-forced, as forward: the cross-attention weights (B, H, T, S) this layer computes on input x."""

@@ -54,6 +54,10 @@ class DecodeParams:
     no_repeat_ngram_size: int = 0  # an n-gram of the decoder input (start token included) never occurs twice
     # token sequences every returned hypothesis contains (a glossary's target terms): model.constrained's search
     constraints: tuple[tuple[int, ...], ...] = ()
+    # where each may begin: the word of each source token (-1: a special token) and, per constraint, the source
+    # words of its source term; a constraint begins only where the decoder attends to its source term most
+    source_words: tuple[int, ...] = ()
+    constraint_words: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -72,6 +76,9 @@ class DecodeParams:
         if self.constraints and (self.do_sample or not all(self.constraints)):
             raise ValueError(f"constraints need greedy or beam search (no sampling) and non-empty token sequences; got "
                              f"do_sample {self.do_sample}, constraints {self.constraints}")
+        if self.constraint_words and (len(self.constraint_words) != len(self.constraints) or not self.source_words):
+            raise ValueError(f"constraint_words needs one entry per constraint and the source_words; got "
+                             f"{len(self.constraint_words)} for {len(self.constraints)} constraints")
 
     @property
     def rows(self) -> int:

@@ -42,15 +42,16 @@ class StaticStep:
                                  device=model.device)  # (R,): the step's inputs; rows past n keep any token
         self.positions = torch.zeros(cache.rows, dtype=torch.long, device=model.device)  # (R,)
         self.buckets = row_buckets(cache.rows)
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # rows → graph, its logits (rows, V)
+        # rows → graph, its outputs: logits (rows, V) and the alignment layer's input (rows, D) (decode_step)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.reserved_bytes = 0
         self.graph_bytes: dict[int, int] = {}  # rows → GPU memory its graph's capture added to the shared pool
         if capture:
             self._capture()
 
-    def _forward(self, rows: int) -> torch.Tensor:
+    def _forward(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model.decode_step(self.cache, self.tokens[:rows], self.positions[:rows],
-                                      self.cache.max_target_len, self.cache.max_source_len)  # (rows, V)
+                                      self.cache.max_target_len, self.cache.max_source_len)  # (rows, V), (rows, D)
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -82,21 +83,21 @@ class StaticStep:
             before = torch.cuda.memory_reserved(self.model.device)
             # thread_local: the engine's encoder thread may use the GPU meanwhile (after a reset)
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                logits = self._forward(rows)
+                outputs = self._forward(rows)
             pool = graph.pool()
-            self.graphs[rows] = (graph, logits)
+            self.graphs[rows] = (graph, outputs)
             self.graph_bytes[rows] = torch.cuda.memory_reserved(self.model.device) - before
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """tokens, positions (n,) of live rows [0, n) → logits (n, V)."""
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens, positions (n,) of live rows [0, n) → logits (n, V) and the alignment layer's input (n, D)."""
         n = tokens.shape[0]
         rows = next(b for b in self.buckets if b >= n)
         self.tokens[:n] = tokens
         self.positions[:n] = positions
         self.positions[n:rows] = 0  # free rows: position 0 of their own cache row
         if rows in self.graphs:
-            graph, logits = self.graphs[rows]
+            graph, outputs = self.graphs[rows]
             graph.replay()
         else:
-            logits = self._forward(rows)
-        return logits[:n]
+            outputs = self._forward(rows)
+        return tuple(output[:n] for output in outputs)

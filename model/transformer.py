@@ -219,14 +219,35 @@ class Seq2SeqTransformer(nn.Module):
                        self.decoder_attends(max_source_len), self.cache_dtype, self.device)
 
     def decode_step(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                    target_len: int, source_len: int) -> torch.Tensor:
-        """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V). positions are indices
-        into the target sequence (the cache slot; the start token is 0); the family's position embedding maps
-        them. target_len = max(positions) + 1 and source_len = longest live source bound what attention reads.
-        The layers run traced where `traced` is set (model.traced_step), eagerly otherwise.
+                    target_len: int, source_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder step for live rows [0, n): tokens, positions (n,) → logits (n, V) and the alignment
+        layer's cross-attention input (n, D), for alignment(). positions are indices into the target sequence
+        (the cache slot; the start token is 0); the family's position embedding maps them. target_len =
+        max(positions) + 1 and source_len = longest live source bound what attention reads. The layers run
+        traced where `traced` is set (model.traced_step), eagerly otherwise.
         """
         inputs = self.step_inputs(cache, tokens, positions, target_len, source_len)
         return self._stacks.decoder_stack(*inputs)
+
+    @property
+    def alignment_layer(self) -> int:
+        """The decoder layer whose cross-attention aligns best: the penultimate one. Garg et al. (2019, "Jointly
+        Learning to Align and Translate", fairseq's alignment_layer) measured the lowest alignment error there for
+        models trained without alignment supervision; the last layer attends to what helps predict the next word
+        more than to its source, and the lower layers attend broadly."""
+        return max(len(self.decoder_layers) - 2, 0)
+
+    def alignment(self, cache: KVCache, queried: torch.Tensor, rows: torch.Tensor, source_len: int) -> torch.Tensor:
+        """The alignment layer's cross-attention weights in the step that gave `queried` (decode_step's second
+        output, those rows' (m, D)), averaged over heads → (m, source_len) for cache rows `rows` (m,). In
+        float64: the sums' order changes with source_len and the rows beside, and a row's word with the most
+        attention (model.constrained) must not change with them."""
+        layer = self.alignment_layer
+        keys = cache.cross_k[layer].index_select(0, rows)[:, :, :source_len]  # (m, H, S, Dh)
+        mask = cache.source_mask.index_select(0, rows)[:, None, None, :source_len]  # (m, 1, 1, S)
+        weights = self.decoder_layers[layer].encoder_attn.weights(queried[:, None], keys, mask,
+                                                                   torch.float64)  # (m, H, 1, S)
+        return weights.mean(1)[:, 0]
 
     def step_inputs(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, target_len: int,
                     source_len: int) -> tuple[torch.Tensor, ...]:
@@ -246,19 +267,23 @@ class Seq2SeqTransformer(nn.Module):
 
     def decoder_stack(self, x: torch.Tensor, positions: torch.Tensor, self_mask: torch.Tensor,
                       cross_mask: torch.Tensor, self_k: torch.Tensor, self_v: torch.Tensor, cross_k: torch.Tensor,
-                      cross_v: torch.Tensor) -> torch.Tensor:
+                      cross_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder layers and the output projection of one step over live rows [0, n): x (n, 1, D), the
         masks, the cache's views 4 × (L, n, H, T or S, Dh) (this step's keys and values are written into the
-        self-attention ones at `positions`) → logits (n, V). No Python branch here depends on n, T or S, so a
-        trace of it serves every shape (model.traced_step)."""
+        self-attention ones at `positions`) → logits (n, V) and the alignment layer's cross-attention input
+        (n, D). No Python branch here depends on n, T or S, so a trace of it serves every shape
+        (model.traced_step)."""
         rows = torch.arange(x.shape[0], device=x.device)
-        for layer, k_cache, v_cache, k_cross, v_cross in zip(self.decoder_layers, self_k.unbind(0), self_v.unbind(0),
-                                                             cross_k.unbind(0), cross_v.unbind(0)):
+        queried = x
+        for i, (layer, k_cache, v_cache, k_cross, v_cross) in enumerate(zip(
+                self.decoder_layers, self_k.unbind(0), self_v.unbind(0), cross_k.unbind(0), cross_v.unbind(0))):
             q, k, v = layer.self_attn.project(layer.self_attention_input(x))  # (n, H, 1, Dh)
             if k.dtype != k_cache.dtype:  # bfloat16 on the CPU: a float32 cache (cache_dtype)
                 k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
             k_cache[rows, :, positions] = k[:, :, 0]  # this step's key and value at each row's position
             v_cache[rows, :, positions] = v[:, :, 0]
             attn = layer.self_attn.attend(q, k_cache, v_cache, self_mask)
-            x = layer.post_self_attention(x, attn, k_cross, v_cross, cross_mask)
-        return self.logits(x[:, 0])
+            x, layer_queried = layer.post_self_attention(x, attn, k_cross, v_cross, cross_mask)
+            if i == self.alignment_layer:
+                queried = layer_queried
+        return self.logits(x[:, 0]), queried[:, 0]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .batch_decoder import BatchDecoder
 from .bundle import ModelBundle, load
-from .glossary import Glossary, term_constraints
+from .glossary import Glossary, constrained
 from .search import Hypothesis
 
 
@@ -53,9 +53,9 @@ class Translator:
         order = sorted(prepared, key=lambda i: -len(prepared[i].ids))
         longest = max((len(s.ids) for s in prepared.values()), default=1)
         glossaries = glossary if isinstance(glossary, list) else [glossary or Glossary(())] * len(texts)
-        jobs = {i: (prepared[i].ids, replace(params, forced_bos_token_id=prepared[i].forced_bos,
-                                             constraints=term_constraints(bundle.tokenizer, glossaries[i], texts[i])))
-                for i in order}
+        sources = {i: constrained(bundle.tokenizer, glossaries[i], prepared[i],
+                                  bundle.text_target(texts[i], target_lang)[0]) for i in order}
+        jobs = {i: (sources[i].ids, sources[i].decode_params(params)) for i in order}
         widest = max((job_params.rows for _, job_params in jobs.values()), default=1)
         decoder = BatchDecoder(bundle.network, capacity=batch_size * widest, max_source_len=longest,
                                max_new_tokens=params.max_new_tokens)

@@ -18,10 +18,10 @@ def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, ma
     steps, results, pending = {}, {}, list(entries)
     advance = decoder._advance
 
-    def recording(searches, scores, logprobs):
+    def recording(searches, scores, logprobs, *rest):
         for key, search in decoder.searches.items():
             steps.setdefault(key, []).append(logprobs[search.rows].clone())
-        return advance(searches, scores, logprobs)
+        return advance(searches, scores, logprobs, *rest)
 
     decoder._advance = recording
     while pending or decoder.searches:

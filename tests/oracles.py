@@ -20,7 +20,7 @@ def assert_cached_steps_equal_full(model, sources: list[list[int]], steps: int =
         cache.write_source(0, k, v, mask)
         prefix = torch.full((len(sources), 1), model.config.decoder_start_token_id)
         for t in range(steps):
-            cached = model.decode_step(cache, prefix[:, -1], torch.full((len(sources),), t), t + 1, src.shape[1])
+            cached, _ = model.decode_step(cache, prefix[:, -1], torch.full((len(sources),), t), t + 1, src.shape[1])
             full = model(src, mask, prefix)[:, -1]
             torch.testing.assert_close(cached, full, atol=atol, rtol=1e-4)
             cached[:, pad] = float("-inf")

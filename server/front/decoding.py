@@ -4,8 +4,6 @@ a time, as one request to the scheduler."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-
 from model import DecodeParams, Hypothesis, Source
 
 from ..engine.loop import EngineHandle
@@ -26,8 +24,7 @@ async def decode_all(engine: EngineHandle, sources: list[Source], params: Decode
         while next_source < len(sources) or unfinished:
             batch = sources[next_source:next_source + window - len(unfinished)]
             try:
-                added = engine.submit([(s.ids, replace(params, forced_bos_token_id=s.forced_bos,
-                                                       constraints=s.constraints)) for s in batch],
+                added = engine.submit([(s.ids, s.decode_params(params)) for s in batch],
                                       request_id, stream=False, into=finals) if batch else []
             except QueueFull:
                 if not unfinished:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
-                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, term_constraints)
+                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, constrained)
 
 from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -113,8 +113,7 @@ class ModelService:
             return sources
         glossary = Glossary(pairs)
         try:
-            return [replace(source, constraints=term_constraints(self.bundle.tokenizer, glossary, unit))
-                    for source, unit in zip(sources, units)]
+            return [constrained(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
         except UnspellableTerm as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
 
@@ -163,7 +162,7 @@ class ModelService:
         params = self._params(job.options)
         source_lang, [(text, target)] = self._targets(job.source_lang, job.target_lang, (job.text,), translating=False)
         source, = self._sources([text], [job.field], source_lang, [target])
-        (sequence, queue), = self.engine.submit([(source.ids, replace(params, forced_bos_token_id=source.forced_bos))])
+        (sequence, queue), = self.engine.submit([(source.ids, source.decode_params(params))])
         detok = IncrementalDetokenizer(self.bundle.decode)
         stops = [s for s in job.stop if s]
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s

@@ -13,7 +13,7 @@ from text2text_fixtures import BART_SENTENCES, T5_SENTENCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import AlignmentInput, Translator, load, word_alignments
-from model.alignment import alignment_layer, cross_attentions, token_words, word_alignment
+from model.alignment import cross_attentions, token_words, word_alignment
 from model.text.inline import word_spans
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def test_cross_attention_weights_equal_transformers(tiny):
     # per unit, unpadded, averaged over heads; row t is the attention while predicting generated token t
     sources = [hf_tok(s)["input_ids"] for s in sentences]
     generated = [row[1:].tolist()[: 2 + i] for i, row in enumerate(tgt)]
-    layer = alignment_layer(network.config.decoder_layers)
+    layer = network.alignment_layer
     for i, got in enumerate(cross_attentions(network, list(zip(sources, generated)), layer)):
         mean = expected[layer][i].mean(0)[: len(generated[i]), : len(sources[i])]
         torch.testing.assert_close(got, mean, atol=1e-4, rtol=0)

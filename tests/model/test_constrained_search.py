@@ -74,6 +74,15 @@ def test_a_broken_partial_match_falls_back_to_the_longest_prefix_still_matching(
     assert after([1, 2, 1, 3]) == (0, 4) and not constraints.met((0, 4))
 
 
+def test_a_constraint_begins_only_where_its_source_term_is_attended():
+    constraints = Constraints(((1, 2), (3,)))
+    assert constraints.advance(constraints.start, 1, 0b10) == (0, 0)  # (1, 2) may not begin here
+    assert constraints.advance(constraints.start, 1, 0b01) == (1, 0)
+    assert constraints.advance((1, 0), 2, 0) == (2, 0)  # once begun, it goes on anywhere
+    assert constraints.advance((1, 0), 1, 0b10) == (0, 0)  # breaking off and beginning again is a beginning
+    assert constraints.advance((0, 0), 3, 0b01) == (0, 0) and constraints.advance((0, 0), 3, 0b10) == (0, 1)
+
+
 @pytest.mark.parametrize("family", ["marian", "nllb", "t5", "bart"])
 def test_every_hypothesis_contains_every_constraint_with_beams_and_greedy(bundles, family):
     bundle = bundles(family)
@@ -153,7 +162,10 @@ def test_a_constrained_sequence_shares_steps_without_changing_its_own_or_the_oth
     modes = [DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4,
                                                                    num_return_sequences=2)]
     others = [(key, source, modes[key % 2]) for key, source in enumerate(ids[:5])]
-    constrained = [(f"c{i}", source, replace(modes[i], constraints=tuple(word_ids(bundle, rng, 2))))
+    # the first constrained, placed by source: each source token a word, the first terms translating words 0 and 1
+    constrained = [(f"c{i}", source, replace(modes[i], constraints=tuple(word_ids(bundle, rng, 2)),
+                                             source_words=tuple(range(len(source) - 1)) + (-1,) if i == 0 else (),
+                                             constraint_words=((0,), (1,)) if i == 0 else ()))
                    for i, source in enumerate(ids[5:])]
     mixed = others[:2] + constrained[:1] + others[2:4] + constrained[1:] + others[4:]
     without = decode(bundle.network, others, capacity=12)

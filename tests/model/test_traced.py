@@ -63,10 +63,11 @@ def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows
         for step in range(steps):
             positions = (step - torch.arange(rows) % 3).clamp(min=0)
             target_len = int(positions.max()) + 1
-            logits = [network.decode_step(cache, tokens, positions, target_len, mask.shape[1])
-                      for network, cache in zip((traced, eager), caches)]
-            assert torch.equal(logits[0], logits[1]), f"step {step}"
-            tokens = logits[0].argmax(-1)
+            outputs = [network.decode_step(cache, tokens, positions, target_len, mask.shape[1])
+                       for network, cache in zip((traced, eager), caches)]
+            for got, expected in zip(*outputs):  # the logits, the alignment layer's input
+                assert torch.equal(got, expected), f"step {step}"
+            tokens = outputs[0][0].argmax(-1)
 
 
 def attention_kernels(network: Seq2SeqTransformer, rows: int) -> Counter:
