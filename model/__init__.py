@@ -13,7 +13,7 @@ from .bundle import ModelBundle, Source, demo_model_dir, load
 from .cpu_memory import keep_freed_memory
 from .dtypes import native_bfloat16, resolve_dtype, resolve_placement
 from .errors import CheckpointError
-from .glossary import Glossary, UnspellableTerm, check_terms, constrained, term_ids
+from .glossary import Glossary, UnspellableTerm, check_terms, term_ids, with_glossary
 from .hub import is_repo_id
 from .languages import UnsupportedLanguage, iso_code, match_language
 from .search import DecodeParams, Hypothesis, new_tokens_within
@@ -28,5 +28,5 @@ __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder
            "Translator", "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir",
            "detect_language", "detectable", "is_repo_id", "iso_code", "keep_freed_memory", "load", "match_language",
            "native_bfloat16", "new_tokens_within", "prepare", "read_file", "resolve_dtype", "resolve_placement",
-           "constrained", "term_ids", "text_content", "word_alignments",
+           "term_ids", "with_glossary", "text_content", "word_alignments",
            "written_as"]

@@ -10,9 +10,16 @@ met; candidates with some constraint token met are grouped in banks by how many,
 every constraint is met; at the length limit every candidate finishes, and results rank complete hypotheses before
 partial ones (max_new_tokens bounds the work: a constraint that cannot fit ends with the best partial).
 
-When the request's own search ends with a best hypothesis that contains every constraint (the model spells the
-terms anyway), that hypothesis and its score are the result, exactly as without constraints; otherwise the best
-complete hypotheses of either part. Scores are float32 sums of log-probabilities, as BeamSearch keeps them, over
+Placement: a term should take the place of what the model would write for its source term, not stand beside it or
+in another slot. Where the request says which source words each constraint translates (DecodeParams.source_words,
+constraint_words), an occurrence counts as placed when its first token comes while the hypothesis' row attends to
+those words most (the alignment layer's cross-attention, as model.alignment aligns words). Banks count placed tokens
+first, and results rank hypotheses placing every term before those with a term elsewhere (still complete: a model
+whose attention never finds the source term keeps its terms).
+
+When the request's own search ends with a best hypothesis that places every constraint (the model spells the terms
+anyway), that hypothesis and its score are the result, exactly as without constraints; otherwise the best complete
+hypotheses of either part. Scores are float32 sums of log-probabilities, as BeamSearch keeps them, over
 generated_len ** length_penalty. Progress inside each constraint is a KMP automaton, so a partial match that breaks
 falls back to the longest prefix still matching. The search's greedy part takes the best log-probability (a greedy
 search alone takes the best logit: the same token but for ties that log_softmax's rounding creates).
@@ -33,57 +40,81 @@ import torch
 from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams,
                      finish_reason)
 
-State = tuple[int, ...]  # per constraint: its tokens matched so far; its length once met (it stays met)
-ANYWHERE = -1  # a start mask with every bit set: every constraint may start
+# Per constraint, its tokens matched so far by an occurrence that began on its source term (placed), then per
+# constraint by any occurrence (loose): a length once met (it stays met).
+State = tuple[int, ...]
+ANYWHERE = -1  # a start mask with every bit set: every constraint may begin
+OTHER_TOKEN = -1  # an id in no constraint: every token outside the constraints moves a state alike
+PARTIAL, ELSEWHERE, PLACED = 0, 1, 2  # a hypothesis' tier: some constraint missing; all met, some not placed; all placed
 
 
 class Constraints:
-    """The token sequences a hypothesis must contain, each followed by a KMP automaton."""
+    """The token sequences a hypothesis must contain, each followed by two KMP automata: one counting only
+    occurrences that begin where the hypothesis attends to the constraint's source term (placed), one counting any
+    (loose: a term the model cannot place by its source still appears)."""
 
     def __init__(self, sequences: tuple[tuple[int, ...], ...]):
         self.sequences = sequences
         self.fallback = [_failure(c) for c in sequences]
-        self.start: State = (0,) * len(sequences)
+        self.start: State = (0,) * (2 * len(sequences))
         self.tokens = frozenset(token for c in sequences for token in c)
         # a search asks the same few transitions of every live hypothesis at each step: each computed once
         self.advance = functools.cache(self._advance)
         self.bank = functools.cache(self._bank)
+        self.next_tokens = functools.cache(self._next_tokens)
 
     def _advance(self, state: State, token: int, starts: int = ANYWHERE) -> State:
-        """`state` after `token`. starts: a bit per constraint that may begin at this token (its source term is
-        where the hypothesis attends); a constraint whose first token comes elsewhere stays unmatched."""
-        out = []
-        for i, (c, p) in enumerate(zip(self.sequences, state)):
-            if p < len(c):
-                p = self._match(i, p, token)
-                p = 0 if p == 1 and not starts >> i & 1 else p
-            out.append(p)
-        return tuple(out)
+        """`state` after `token`. starts: a bit per constraint that may begin here as placed (its source term is
+        where the hypothesis attends)."""
+        count = len(self.sequences)
+        placed = [p if p == len(c) else self._match(i, p, token, starts >> i & 1)
+                  for i, (c, p) in enumerate(zip(self.sequences, state))]
+        loose = [p if p == len(c) else self._match(i, p, token, True)
+                 for i, (c, p) in enumerate(zip(self.sequences, state[count:]))]
+        return tuple(placed + loose)
 
-    def _match(self, i: int, matched: int, token: int) -> int:
+    def _match(self, i: int, matched: int, token: int, may_begin: bool) -> int:
         c, fallback = self.sequences[i], self.fallback[i]
         while matched and c[matched] != token:
             matched = fallback[matched - 1]
-        return matched + (c[matched] == token)
+        matched += c[matched] == token
+        return 0 if matched == 1 and not may_begin else matched  # matched == 1: an occurrence begins here
+
+    def _parts(self, state: State) -> tuple[State, State]:
+        return state[:len(self.sequences)], state[len(self.sequences):]
 
     def met(self, state: State) -> bool:
-        return all(p == len(c) for c, p in zip(self.sequences, state))
+        """Every constraint occurs, placed or not."""
+        return all(p == len(c) for c, p in zip(self.sequences, self._parts(state)[1]))
 
-    def _bank(self, state: State) -> int:
-        """Constraint tokens met: whole constraints, and the furthest progress inside an unmet one."""
-        done = sum(p for c, p in zip(self.sequences, state) if p == len(c))
-        return done + max((p for c, p in zip(self.sequences, state) if p < len(c)), default=0)
+    def tier(self, state: State) -> int:
+        placed, loose = self._parts(state)
+        if all(p == len(c) for c, p in zip(self.sequences, placed)):
+            return PLACED
+        return ELSEWHERE if self.met(state) else PARTIAL
+
+    def placing(self, state: State) -> bool:
+        """Some constraint token met by a placed occurrence."""
+        return any(self._parts(state)[0])
+
+    def _bank(self, state: State) -> tuple[int, int]:
+        """Constraint tokens met, placed and loose: whole constraints and the furthest progress inside an unmet one."""
+        def met(part: State) -> int:
+            done = sum(p for c, p in zip(self.sequences, part) if p == len(c))
+            return done + max((p for c, p in zip(self.sequences, part) if p < len(c)), default=0)
+        return tuple(map(met, self._parts(state)))
 
     def may_progress(self, state: State) -> frozenset[int] | None:
         """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
         fallback lands on one of them); None (every token) once a constraint is met, as that stays."""
-        if any(p == len(c) for c, p in zip(self.sequences, state)):
+        if any(p == len(c) for c, p in zip(self.sequences, self._parts(state)[1])):
             return None
         return self.tokens
 
-    def next_tokens(self, state: State) -> list[int]:
-        """Per constraint, the token that continues it (a met one's first token: a placeholder, never proposed)."""
-        return [c[p] if p < len(c) else c[0] for c, p in zip(self.sequences, state)]
+    def _next_tokens(self, state: State) -> tuple[int, ...]:
+        """Per constraint, the token that continues its placed occurrence, then its loose one (a met one's first
+        token: a placeholder, never proposed)."""
+        return tuple(c[p] if p < len(c) else c[0] for c, p in zip(self.sequences * 2, state))
 
 
 def _failure(c: tuple[int, ...]) -> list[int]:
@@ -111,7 +142,7 @@ class Candidate:
     parent: Beam
     token: int
     state: State
-    bank: int  # constraint tokens met (Constraints.bank)
+    bank: tuple[int, int]  # constraint tokens met, placed and loose (Constraints.bank)
 
     @property
     def tokens(self) -> list[int]:
@@ -126,18 +157,20 @@ class ConstrainedBeamSearch(Search):
         self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
-        self.finished: list[tuple[bool, float, list[int]]] = []  # constraint beams': (all met, score, tokens)
+        self.finished: list[tuple[int, float, list[int]]] = []  # constraint beams': (tier, score, tokens)
         # per constraint, the source words of its source term (none: it may start anywhere)
         self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
         self.starts_at: dict[tuple[int, ...], int] = {}  # an own hypothesis' tokens → its start mask after them
+        self.starts = functools.cache(self._starts)
 
-    def starts(self, word: int) -> int:
+    def _starts(self, word: int) -> int:
         """The start mask of a row whose alignment-layer attention is highest on source word `word`: the
         constraints whose source term holds that word, and those without source words."""
         return sum(1 << i for i, words in enumerate(self.constraint_words) if not words or word in words)
 
     def wanted_tokens(self) -> list[list[int]]:
-        """(r, C): per row, the token continuing each constraint, whose log-probability the step gathers."""
+        """(r, 2C): per row, the tokens continuing each constraint (Constraints.next_tokens), whose log-probabilities
+        the step gathers."""
         states = self.own_states + [b.state for b in self.beams]
         states += [self.constraints.start] * (self.num_rows - len(states))
         return [self.constraints.next_tokens(state) for state in states]
@@ -146,33 +179,48 @@ class ConstrainedBeamSearch(Search):
         """The hypotheses that may grow: the own search's running ones and the constraint beams."""
         own = []
         if not self.own.done:
-            scores = self.own.running_scores if isinstance(self.own, BeamSearch) else [self.own.logprob]
-            # a copy of the tokens: a greedy search appends to its own list
-            own = [Beam(list(tokens), score, state, row) for row, (tokens, score, state)
-                   in enumerate(zip(self.own.sequences, scores, self.own_states)) if score > NEG_LARGE]
+            if isinstance(self.own, BeamSearch):  # its step replaces its token lists
+                sequences, scores = self.own.sequences, self.own.running_scores
+            else:  # a copy: a greedy search appends to its list
+                sequences, scores = [list(self.own.sequences[0])], [self.own.logprob]
+            own = [Beam(tokens, score, state, row) for row, (tokens, score, state)
+                   in enumerate(zip(sequences, scores, self.own_states)) if score > NEG_LARGE]
         return own + self.beams
 
     def propose(self, live: list[Beam], top_tokens: list[list[int]], top_totals: list[list[float]],
                 wanted_totals: list[list[float]], starts: list[int]) -> list[Candidate]:
         """The first half of a step, before the own search advances: the constraint beams' candidates. Per live
         hypothesis (live()), its top W tokens, their totals (its score + their log-probabilities, float32) and
-        the totals of its constraints' next tokens (wanted_tokens(); columns past C are padding); per row, its
+        the totals of its constraints' next tokens (wanted_tokens(); columns past 2C are padding); per row, its
         start mask. A candidate is a top or constraint token that meets some constraint token; </s> only with
         every constraint met (or at the limit)."""
         for tokens, row_starts in zip(self.own.sequences, starts):
             self.starts_at[tuple(tokens)] = row_starts
         at_limit = self.cur_len + 1 >= self.max_length
+        rows = self.num_rows - self.params.num_beams
         candidates = []
         for beam, tokens, totals, wanted in zip(live, top_tokens, top_totals, wanted_totals):
             seen, useful = set(), self.constraints.may_progress(beam.state)
-            for token, total in zip(tokens + self.constraints.next_tokens(beam.state), totals + wanted):
+            # after any token of no constraint (all alike): partial matches broken, met ones kept
+            other = self.constraints.advance(beam.state, OTHER_TOKEN, starts[beam.row])
+            # Tokens come best first (the top W, then constraint tokens outside them), and _allocate keeps at most
+            # `rows` of a bank that do not end: a beam's later ones in a bank it filled could not be kept (at the
+            # limit every candidate finishes instead).
+            in_bank = {}
+            for token, total in zip(itertools.chain(tokens, self.constraints.next_tokens(beam.state)),
+                                    itertools.chain(totals, wanted)):
                 if total == NEG_INF or token in seen or (useful is not None and token not in useful):
                     continue
                 seen.add(token)
-                state = self.constraints.advance(beam.state, token, starts[beam.row])
+                ordinary = token != self.eos_id and token not in self.constraints.tokens
+                state = other if ordinary else self.constraints.advance(beam.state, token, starts[beam.row])
                 bank = self.constraints.bank(state)
-                if bank == 0 or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
+                if not bank[1] or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue
+                if token != self.eos_id and not at_limit:
+                    if in_bank.get(bank, 0) == rows:
+                        continue
+                    in_bank[bank] = in_bank.get(bank, 0) + 1
                 candidates.append(Candidate(total, beam, token, state, bank))
         return candidates
 
@@ -192,8 +240,9 @@ class ConstrainedBeamSearch(Search):
             self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1],
                                                         self.starts_at[tuple(tokens[:-1])])
                                for p, tokens in zip(own_parents, self.own.sequences)]
-        own = {tuple(tokens) for tokens in self.own.sequences} if own_parents else set()
-        candidates = [c for c in candidates if tuple(c.tokens) not in own]  # the own search holds these
+        # the own search holds these: its new hypotheses, as (parent row, token) (own rows come first)
+        own = {(p, tokens[-1]) for p, tokens in zip(own_parents, self.own.sequences)}
+        candidates = [c for c in candidates if (c.parent.row, c.token) not in own]
         if at_limit:
             self._finish(candidates)
             kept = []
@@ -205,7 +254,7 @@ class ConstrainedBeamSearch(Search):
         self.cur_len += 1
         self.sequences = list(self.own.sequences) + [b.tokens for b in self.beams]
         self.sequences += [[]] * (self.num_rows - len(self.sequences))  # idle rows read the start token
-        self.done = at_limit or (self.own.done and (self._own_best_complete() or self._settled()))
+        self.done = at_limit or (self.own.done and (self._own_best_placed() or self._settled()))
         return parents
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
@@ -213,9 +262,10 @@ class ConstrainedBeamSearch(Search):
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
-        # stripes: every bank's best (most constraint tokens met first), then every bank's second best, ...
-        order = sorted(((rank, -bank, c) for bank, members in banks.items() for rank, c in enumerate(members)),
-                       key=lambda item: item[:2])
+        # stripes: every bank's best (most placed constraint tokens first, then most met), then every bank's second
+        # best, ...
+        order = sorted(((rank, (-bank[0], -bank[1]), c) for bank, members in banks.items()
+                        for rank, c in enumerate(members)), key=lambda item: item[:2])
         kept, finishing = [], []
         for position, (_, _, c) in enumerate(order):
             if c.token == self.eos_id:
@@ -227,18 +277,18 @@ class ConstrainedBeamSearch(Search):
         return kept
 
     def _finish(self, candidates: list[Candidate]) -> None:
-        """Candidates enter the best finished hypotheses: complete ones before partial ones, then by score."""
+        """Candidates enter the best finished hypotheses: by tier (placed, elsewhere, partial), then by score."""
         if not candidates:
             return
         penalty = torch.tensor(self.cur_len ** self.params.length_penalty, dtype=torch.float32)
         scores = (torch.tensor([c.score for c in candidates], dtype=torch.float32) / penalty).tolist()
         for c, score in zip(candidates, scores):
-            self.finished.append((self.constraints.met(c.state), score, c.tokens))
+            self.finished.append((self.constraints.tier(c.state), score, c.tokens))
         self.finished.sort(key=lambda f: f[:2], reverse=True)
         del self.finished[self.num_rows:]
 
-    def _own_best_complete(self) -> bool:
-        return self.constraints.met(self._state(self.own.results()[0].token_ids))
+    def _own_best_placed(self) -> bool:
+        return self.constraints.tier(self._state(self.own.results()[0].token_ids)) == PLACED
 
     def _state(self, tokens: list[int]) -> State:
         """An own hypothesis' progress: its tokens through the automaton, each with the start mask its prefix's
@@ -251,12 +301,15 @@ class ConstrainedBeamSearch(Search):
     def _settled(self) -> bool:
         """transformers' stop rule over the constraint beams' complete hypotheses, for the ones returned: as many as
         num_return_sequences, and (unless early_stopping) no live beam that could still beat the last of those.
-        (Waiting for as many as the constraint rows, as a beam search waits for num_beams, took a fifth more steps
-        and kept no more terms: loadtests/README.md.)"""
+        Those with every term placed count; the others too once no live beam has begun a placed term. (Waiting
+        for as many as the constraint rows, as a beam search waits for num_beams, took a fifth more steps and kept
+        no more terms: loadtests/README.md.)"""
         p = self.params
-        complete = [score for met, score, _ in self.finished if met]
         if not self.beams:
             return True
+        complete = [score for tier, score, _ in self.finished if tier == PLACED]
+        if len(complete) < p.num_return_sequences and not any(self.constraints.placing(b.state) for b in self.beams):
+            complete = sorted((score for tier, score, _ in self.finished if tier != PARTIAL), reverse=True)
         if len(complete) < p.num_return_sequences:
             return False
         if p.early_stopping is True:
@@ -266,14 +319,14 @@ class ConstrainedBeamSearch(Search):
         return best <= complete[p.num_return_sequences - 1]
 
     def results(self) -> list[Hypothesis]:
-        """The own search's hypotheses when its best meets every constraint; else the best complete hypotheses
-        of both parts (fewer than num_return_sequences when fewer are), or the best partial one when none is."""
-        own = [(self.constraints.met(self._state(h.token_ids)), h.score, h.token_ids) for h in self.own.results()]
-        if own[0][0]:
-            ranked = [f for f in own if f[0]] + sorted((f for f in self.finished if f[0] and f not in own),
-                                                       key=lambda f: -f[1])
-        else:
-            ranked = sorted((f for f in own + self.finished if f[0]), key=lambda f: -f[1])
+        """The own search's hypotheses when its best places every constraint; else the best complete hypotheses of
+        both parts, those placing every term first (fewer than num_return_sequences when fewer are), or the best
+        partial one when none is."""
+        own = [(self.constraints.tier(self._state(h.token_ids)), h.score, h.token_ids) for h in self.own.results()]
+        first = [f for f in own if f[0] == PLACED] if own[0][0] == PLACED else []
+        rest = sorted((f for f in own + self.finished if f[0] != PARTIAL and f not in first), key=lambda f: f[:2],
+                      reverse=True)
+        ranked = list({tuple(tokens): (tier, score, tokens) for tier, score, tokens in first + rest}.values())
         ranked = ranked or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
         return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))
                 for _, score, tokens in ranked[: self.params.num_return_sequences]]
@@ -283,8 +336,7 @@ def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.T
                         alignment: Callable) -> list[torch.Tensor]:
     """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
     (m, W), the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest, and
-    the source word each row attends to most (m,). alignment(rows, S): the rows' alignment-layer attention over the
-    first S source tokens (m, S)."""
+    the source word each row attends to most (m,) (attended_words: alignment)."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
     # 2·k for the own beam search, 2·(constraint rows) for the constraint beams
@@ -292,26 +344,29 @@ def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.T
     top_logprobs, top_tokens = top(mine, min(width, mine.shape[-1]))  # (m, W)
     wanted = [row for s in searches for row in s.wanted_tokens()]
     width = max(len(row) for row in wanted)
-    wanted = torch.tensor([row + [row[0]] * (width - len(row)) for row in wanted], device=logprobs.device)
-    return [top_logprobs, top_tokens, mine.gather(1, wanted), attended_words(searches, rows, alignment)]
+    wanted = torch.tensor([row + row[:1] * (width - len(row)) for row in wanted], device=logprobs.device)
+    return [top_logprobs, top_tokens, mine.gather(1, wanted), attended_words(searches, alignment, logprobs.device)]
 
 
-def attended_words(searches: list[ConstrainedBeamSearch], rows: torch.Tensor, alignment: Callable) -> torch.Tensor:
+def attended_words(searches: list[ConstrainedBeamSearch], alignment: Callable, device: torch.device) -> torch.Tensor:
     """(m,): per row, the source word with the most attention (its tokens' weights summed; special tokens belong
-    to none), as model.alignment aligns a target word; 0 where no search places its constraints by source."""
+    to none), as model.alignment aligns a target word; 0 where no search places its constraints by source.
+    alignment(rows (G, R), S) → (G, R, S): the attention of each search's cache rows (padded with its first)."""
     if not any(s.params.constraint_words for s in searches):
-        return torch.zeros(len(rows), dtype=torch.long, device=rows.device)
+        return torch.zeros(sum(s.num_rows for s in searches), dtype=torch.long, device=device)
     length = max(len(s.params.source_words) for s in searches)
     words = max(max(s.params.source_words, default=0) for s in searches) + 1
     # each source token's word, padding and special tokens in one more column that no row picks
     token_words = torch.tensor([[w if w >= 0 else words for w in s.params.source_words]
-                                + [words] * (length - len(s.params.source_words))
-                                for s in searches for _ in s.rows], device=rows.device)  # (m, S)
-    weights = alignment(rows, length)  # (m, S)
-    per_word = weights.new_zeros(len(rows), words + 1).scatter_add_(1, token_words, weights)
+                                + [words] * (length - len(s.params.source_words)) for s in searches],
+                               device=device)  # (G, S)
+    widest = max(s.num_rows for s in searches)
+    rows = torch.tensor([s.rows + s.rows[:1] * (widest - s.num_rows) for s in searches], device=device)  # (G, R)
+    group = torch.tensor([g for g, s in enumerate(searches) for _ in s.rows], device=device)  # (m,): its search
+    local = torch.tensor([r for s in searches for r in range(s.num_rows)], device=device)  # (m,): its row there
+    weights = alignment(rows, length)[group, local]  # (m, S)
+    per_word = weights.new_zeros(len(group), words + 1).scatter_add_(1, token_words[group], weights)
     return per_word[:, :words].argmax(1)
-
-
 def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
                         wanted_logprobs: torch.Tensor, attended: torch.Tensor, alone: Callable,
                         together: Callable) -> list[tuple[Search, list[int]]]:

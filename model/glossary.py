@@ -4,7 +4,7 @@ the source words each translates.
     glossary = Glossary([("forty-two", "quarante-trois")])
     glossary.targets("One hundred and Forty-Two.")     # → ("quarante-trois",)
     term_ids(bundle.tokenizer, "quarante-trois")        # → (55, 7, 85): one of DecodeParams.constraints
-    constrained(bundle.tokenizer, glossary, source, text)  # → the Source with its constraints and their places
+    with_glossary(bundle.tokenizer, glossary, source, text)  # → the Source, its constraints and their places
 
 Matching is on words: a text is split into words and punctuation marks (NFKC, case-folded), so case and spacing
 do not matter, a term matches only whole words, and punctuation next to it does not hide it. The longest terms
@@ -91,7 +91,7 @@ def check_terms(tokenizer: Tokenizer, terms: Iterable[str]) -> None:
         term_ids(tokenizer, term)
 
 
-def constrained(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str) -> Source:
+def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str) -> Source:
     """`source` (the encoded `sentence`) with the target-id sequences its translation must contain under `glossary`
     and where each may begin (DecodeParams.source_words, constraint_words): the words of `sentence` its source
     tokens spell, as model.alignment counts them, and those of each constraint's source term."""

@@ -11,6 +11,7 @@ stepping together, V target vocabulary. Candidates reach the searches on the hos
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -80,7 +81,7 @@ class DecodeParams:
             raise ValueError(f"constraint_words needs one entry per constraint and the source_words; got "
                              f"{len(self.constraint_words)} for {len(self.constraints)} constraints")
 
-    @property
+    @functools.cached_property  # read for every row at every step
     def rows(self) -> int:
         """Cache rows a sequence takes: its beams, and with constraints one more per constraint token (a row for each
         count of constraint tokens met, model.constrained), up to CONSTRAINT_ROWS."""

@@ -237,17 +237,18 @@ class Seq2SeqTransformer(nn.Module):
         more than to its source, and the lower layers attend broadly."""
         return max(len(self.decoder_layers) - 2, 0)
 
-    def alignment(self, cache: KVCache, queried: torch.Tensor, rows: torch.Tensor, source_len: int) -> torch.Tensor:
+    def alignment(self, cache: KVCache, queried: torch.Tensor, source_rows: torch.Tensor,
+                  source_len: int) -> torch.Tensor:
         """The alignment layer's cross-attention weights in the step that gave `queried` (decode_step's second
-        output, those rows' (m, D)), averaged over heads → (m, source_len) for cache rows `rows` (m,). In
-        float64: the sums' order changes with source_len and the rows beside, and a row's word with the most
-        attention (model.constrained) must not change with them."""
+        output (n, D), here (G, R, D): R rows reading each of G sources), averaged over heads → (G, R, source_len);
+        source_rows (G,): a cache row holding each source. In float64: the sums' order changes with source_len
+        and the rows beside, and a row's word with the most attention (model.constrained) must not change with
+        them."""
         layer = self.alignment_layer
-        keys = cache.cross_k[layer].index_select(0, rows)[:, :, :source_len]  # (m, H, S, Dh)
-        mask = cache.source_mask.index_select(0, rows)[:, None, None, :source_len]  # (m, 1, 1, S)
-        weights = self.decoder_layers[layer].encoder_attn.weights(queried[:, None], keys, mask,
-                                                                   torch.float64)  # (m, H, 1, S)
-        return weights.mean(1)[:, 0]
+        keys = cache.cross_k[layer].index_select(0, source_rows)[:, :, :source_len]  # (G, H, S, Dh)
+        mask = cache.source_mask.index_select(0, source_rows)[:, None, None, :source_len]  # (G, 1, 1, S)
+        weights = self.decoder_layers[layer].encoder_attn.weights(queried, keys, mask, torch.float64)  # (G, H, R, S)
+        return weights.mean(1)
 
     def step_inputs(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, target_len: int,
                     source_len: int) -> tuple[torch.Tensor, ...]:

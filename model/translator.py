@@ -8,7 +8,7 @@ from typing import Callable
 
 from .batch_decoder import BatchDecoder
 from .bundle import ModelBundle, load
-from .glossary import Glossary, constrained
+from .glossary import Glossary, with_glossary
 from .search import Hypothesis
 
 
@@ -53,7 +53,7 @@ class Translator:
         order = sorted(prepared, key=lambda i: -len(prepared[i].ids))
         longest = max((len(s.ids) for s in prepared.values()), default=1)
         glossaries = glossary if isinstance(glossary, list) else [glossary or Glossary(())] * len(texts)
-        sources = {i: constrained(bundle.tokenizer, glossaries[i], prepared[i],
+        sources = {i: with_glossary(bundle.tokenizer, glossaries[i], prepared[i],
                                   bundle.text_target(texts[i], target_lang)[0]) for i in order}
         jobs = {i: (sources[i].ids, sources[i].decode_params(params)) for i in order}
         widest = max((job_params.rows for _, job_params in jobs.values()), default=1)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
-                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, constrained)
+                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, with_glossary)
 
 from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -113,7 +113,7 @@ class ModelService:
             return sources
         glossary = Glossary(pairs)
         try:
-            return [constrained(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
+            return [with_glossary(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
         except UnspellableTerm as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
 

@@ -16,7 +16,7 @@ from text2text_fixtures import build_bart, build_t5
 from dataclasses import replace
 
 from model import DecodeParams, load
-from model.constrained import Constraints
+from model.constrained import ELSEWHERE, PARTIAL, PLACED, Constraints
 
 pytestmark = pytest.mark.slow
 
@@ -66,32 +66,43 @@ def test_a_broken_partial_match_falls_back_to_the_longest_prefix_still_matching(
             state = constraints.advance(state, token)
         return state
 
+    # (placed progress of each constraint, then loose: alike where every constraint may begin anywhere)
     # 1 1 1 2: (1, 1, 2) broken at the third 1 keeps 1 1 and is met by the 2; (1, 2, 1, 3) holds 1 2
-    assert after([1, 1, 1, 2]) == (3, 2) and constraints.next_tokens((3, 2)) == [1, 1]
-    assert constraints.bank((3, 2)) == 3 + 2 and not constraints.met((3, 2))
-    assert after([1, 2], (3, 3)) == (3, 2)  # 1 2 1 then 2: falls back to 1 2, not to nothing
+    assert after([1, 1, 1, 2]) == (3, 2) * 2 and constraints.next_tokens((3, 2) * 2) == (1, 1) * 2
+    assert constraints.bank((3, 2) * 2) == (3 + 2, 3 + 2) and not constraints.met((3, 2) * 2)
+    assert after([1, 2], (3, 3) * 2) == (3, 2) * 2  # 1 2 1 then 2: falls back to 1 2, not to nothing
     assert constraints.met(after([1, 1, 1, 2, 1, 2, 1, 3]))
-    assert after([1, 2, 1, 3]) == (0, 4) and not constraints.met((0, 4))
+    assert after([1, 2, 1, 3]) == (0, 4) * 2 and not constraints.met((0, 4) * 2)
 
 
-def test_a_constraint_begins_only_where_its_source_term_is_attended():
-    constraints = Constraints(((1, 2), (3,)))
-    assert constraints.advance(constraints.start, 1, 0b10) == (0, 0)  # (1, 2) may not begin here
-    assert constraints.advance(constraints.start, 1, 0b01) == (1, 0)
-    assert constraints.advance((1, 0), 2, 0) == (2, 0)  # once begun, it goes on anywhere
-    assert constraints.advance((1, 0), 1, 0b10) == (0, 0)  # breaking off and beginning again is a beginning
-    assert constraints.advance((0, 0), 3, 0b01) == (0, 0) and constraints.advance((0, 0), 3, 0b10) == (0, 1)
+def test_a_constraint_is_placed_only_where_its_source_term_is_attended():
+    constraints = Constraints(((1, 2), (3,)))  # states: placed progress of each constraint, then loose
+    assert constraints.advance(constraints.start, 1, 0b10) == (0, 0, 1, 0)  # (1, 2) may not begin placed here
+    assert constraints.advance(constraints.start, 1, 0b01) == (1, 0, 1, 0)
+    assert constraints.advance((1, 0, 1, 0), 2, 0) == (2, 0, 2, 0)  # once begun, it goes on anywhere
+    assert constraints.advance((1, 0, 1, 0), 1, 0b10) == (0, 0, 1, 0)  # beginning again is a beginning
+    assert constraints.advance((2, 0, 2, 0), 3, 0b01) == (2, 0, 2, 1)
+    both = constraints.advance((2, 0, 2, 0), 3, 0b10)
+    assert both == (2, 1, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (3, 3)
+    assert constraints.tier((2, 0, 2, 1)) == ELSEWHERE and constraints.met((2, 0, 2, 1))
+    assert constraints.tier((2, 0, 2, 0)) == PARTIAL and not constraints.met((2, 0, 2, 0))
 
 
+@pytest.mark.parametrize("placed", [False, True], ids=["anywhere", "placed by source"])
 @pytest.mark.parametrize("family", ["marian", "nllb", "t5", "bart"])
-def test_every_hypothesis_contains_every_constraint_with_beams_and_greedy(bundles, family):
+def test_every_hypothesis_contains_every_constraint_with_beams_and_greedy(bundles, family, placed):
+    """Also where each constraint should begin on a source word: these random networks rarely attend there, and
+    the terms appear all the same (counting placed occurrences alone, they appeared in 1 of 40 such searches on the
+    NLLB shape)."""
     bundle = bundles(family)
     rng = random.Random(len(family))
     for ids in sources(bundle, 2, seed=1):
         terms = word_ids(bundle, rng, 2)
+        words = {"source_words": tuple(range(len(ids) - 1)) + (-1,),
+                 "constraint_words": tuple((rng.randrange(len(ids) - 1),) for _ in terms)} if placed else {}
         for base in (DecodeParams(max_new_tokens=NEW_TOKENS), DecodeParams(max_new_tokens=NEW_TOKENS, num_beams=4,
                                                                            num_return_sequences=3)):
-            params = replace(base, constraints=tuple(terms))
+            params = replace(base, constraints=tuple(terms), **words)
             (hypotheses, _), = decode(bundle.network, [(0, ids, params)], params.rows).values()
             assert 1 <= len(hypotheses) <= base.num_return_sequences
             for h in hypotheses:

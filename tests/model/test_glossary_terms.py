@@ -6,7 +6,7 @@ import pytest
 from family_fixtures import build_nllb
 from text2text_fixtures import build_bart, build_t5
 
-from model import Glossary, UnspellableTerm, check_terms, constrained, demo_model_dir, load, term_ids
+from model import Glossary, UnspellableTerm, check_terms, demo_model_dir, load, term_ids, with_glossary
 
 GLOSSARY = Glossary([("forty-two", "quarante-trois"), ("New York", "NY"), ("new york city", "NYC"), ("York", "Y"),
                      ("C++", "cpp"), ("two", "deux")])
@@ -65,7 +65,7 @@ def test_a_sentence_becomes_the_constraints_of_its_terms_and_the_source_words_ea
     glossary = Glossary([("forty-two", "quarante-trois"), ("seven", "huit")])
     sentence = "Seven hundred and forty-two"  # words: Seven, hundred, and, forty, -, two
     source = bundle.source(sentence, None, "fr")
-    got = constrained(tokenizer, glossary, source, sentence)
+    got = with_glossary(tokenizer, glossary, source, sentence)
     assert got.constraints == (term_ids(tokenizer, "huit"), term_ids(tokenizer, "quarante-trois"))
     assert got.constraint_words == ((0,), (3, 4, 5))
     # every token spells a word of the sentence, in order; the language token and </s> spell none
@@ -73,4 +73,4 @@ def test_a_sentence_becomes_the_constraints_of_its_terms_and_the_source_words_ea
     assert len(got.source_words) == len(source.ids) and spelled == sorted(spelled) and set(spelled) == set(range(6))
     assert got.decode_params(bundle.generation).constraint_words == got.constraint_words
     one = bundle.source("one", None, "fr")
-    assert constrained(tokenizer, glossary, one, "one") == one
+    assert with_glossary(tokenizer, glossary, one, "one") == one
