@@ -42,7 +42,7 @@ def demo_model_dir() -> Path:
 class Source:
     """One text ready for the engine: encoder ids, the token forced first (the target language), if any, and the
     target-id sequences its translation must contain (a glossary's terms: DecodeParams.constraints) with where
-    each may begin (model.glossary.constrained)."""
+    each may begin (model.glossary.with_glossary)."""
 
     ids: list[int]
     forced_bos: int | None

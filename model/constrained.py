@@ -254,7 +254,7 @@ class ConstrainedBeamSearch(Search):
         self.cur_len += 1
         self.sequences = list(self.own.sequences) + [b.tokens for b in self.beams]
         self.sequences += [[]] * (self.num_rows - len(self.sequences))  # idle rows read the start token
-        self.done = at_limit or (self.own.done and (self._own_best_placed() or self._settled()))
+        self.done = at_limit or (self.own.done and (self._own_best_placed or self._settled()))
         return parents
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
@@ -287,6 +287,7 @@ class ConstrainedBeamSearch(Search):
         self.finished.sort(key=lambda f: f[:2], reverse=True)
         del self.finished[self.num_rows:]
 
+    @functools.cached_property  # asked at every step once the own search is done, when its result is final
     def _own_best_placed(self) -> bool:
         return self.constraints.tier(self._state(self.own.results()[0].token_ids)) == PLACED
 
@@ -335,7 +336,7 @@ class ConstrainedBeamSearch(Search):
 def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor, top: Callable,
                         alignment: Callable) -> list[torch.Tensor]:
     """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
-    (m, W), the log-probabilities of the tokens that continue their constraints (m, C), padded to the widest, and
+    (m, W), the log-probabilities of the tokens that continue their constraints (m, 2C), padded to the widest, and
     the source word each row attends to most (m,) (attended_words: alignment)."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
@@ -367,6 +368,8 @@ def attended_words(searches: list[ConstrainedBeamSearch], alignment: Callable, d
     weights = alignment(rows, length)[group, local]  # (m, S)
     per_word = weights.new_zeros(len(group), words + 1).scatter_add_(1, token_words[group], weights)
     return per_word[:, :words].argmax(1)
+
+
 def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: torch.Tensor, top_tokens: torch.Tensor,
                         wanted_logprobs: torch.Tensor, attended: torch.Tensor, alone: Callable,
                         together: Callable) -> list[tuple[Search, list[int]]]:
@@ -384,7 +387,7 @@ def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: tor
     running = torch.tensor([b.score for _, live in lives for b in live], dtype=torch.float32)[:, None]  # (live, 1)
     # float32 sums, as BeamSearch adds a row's score to its log-probabilities
     top_totals = (top_logprobs[rows] + running).tolist()  # (live, W)
-    wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, C)
+    wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, 2C)
     tokens = top_tokens[rows].tolist()
     proposed = []  # (search, its candidates)
     for (s, live), start in zip(lives, itertools.accumulate((len(live) for _, live in lives), initial=0)):

@@ -98,8 +98,8 @@ def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sent
     matches = glossary.matches(sentence)
     if not matches:
         return source
-    source_words = tuple(words[0] if words else -1
-                         for words in token_words(sentence, tokenizer.token_bytes(source.ids, source=True)))
+    source_words = tuple(spelled[0] if spelled else -1
+                         for spelled in token_words(sentence, tokenizer.token_bytes(source.ids, source=True)))
     spans = word_spans(sentence)
     constraint_words = tuple(tuple(w for w, (start, end) in enumerate(spans)
                                    if any(start < to and at < end for at, to in places))
