@@ -7,8 +7,10 @@ forces a different valid target phrase. French and Spanish write the last two di
 glossary maps them to the next number's (`forty-two` → `quarante-trois`: `one hundred and forty-two` should give
 `cent quarante-trois`); German and Italian write a number as one word, so there the glossary maps the whole number
 to the next number's word. Columns: term (the target term in the output: the WMT terminology task's exact match),
-exact (the output is the changed number's words), rest unchanged (the output with its last forced term put back to
-the unconstrained phrase equals the unconstrained output), chrF against the unconstrained output (character
+exact (the output is the changed number's words), in place (what precedes the term's last occurrence is what
+precedes the replaced phrase in the unconstrained output: the term stands where that phrase began, whatever the
+model writes after it), rest unchanged (the output with its last forced term put back to the unconstrained phrase
+equals the unconstrained output), chrF against the unconstrained output (character
 6-grams, β = 2, corpus statistics, as sacrebleu's default), and, for a glossary of each number's own phrase, the
 share of outputs identical to the unconstrained ones among those whose unconstrained output has that phrase.
 
@@ -65,6 +67,12 @@ def chrf(hypotheses: list[str], references: list[str], order: int = 6, beta: flo
     return 100 * (1 + beta ** 2) * precision * recall / (beta ** 2 * precision + recall)
 
 
+def in_place(text: str, term: str, unconstrained: str, original: str) -> bool:
+    """The last occurrence of `term` in `text` comes after what precedes the last `original` in `unconstrained`."""
+    at, was = text.rfind(term), unconstrained.rfind(original)
+    return at >= 0 and was >= 0 and text[:at] == unconstrained[:was]
+
+
 def put_back(text: str, term: str, original: str) -> str:
     """text with its last occurrence of `term` replaced by `original`."""
     at = text.rfind(term)
@@ -73,9 +81,9 @@ def put_back(text: str, term: str, original: str) -> str:
 
 def quality(translator: Translator, numbers: list[int], beam_sizes: list[int]) -> None:
     print(f"{len(numbers)} held-out numbers per language, glossaries forcing the next number's words (%, chrF 0-100)\n")
-    print("| language | decoding | term | exact | rest unchanged | chrF vs unconstrained | own-term glossary: "
-          "identical where written anyway |")
-    print("|---|---|---|---|---|---|---|")
+    print("| language | decoding | term | exact | in place | rest unchanged | chrF vs unconstrained | own-term "
+          "glossary: identical where written anyway |")
+    print("|---|---|---|---|---|---|---|---|")
     for lang in LANGUAGES:
         sources = [num2words(n, lang="en") for n in numbers]
         cases = [glossary_case(n, lang, changed(n)) for n in numbers]
@@ -89,13 +97,15 @@ def quality(translator: Translator, numbers: list[int], beam_sizes: list[int]) -
             count = len(numbers)
             term = sum(target in text for text, (_, target, _) in zip(forced, cases)) / count
             exact = sum(text == target_text(changed(n), lang) for text, n in zip(forced, numbers)) / count
+            placed = sum(in_place(text, target, p, original)
+                         for text, (_, target, original), p in zip(forced, cases, plain)) / count
             rest = sum(put_back(text, target, original) == p
                        for text, (_, target, original), p in zip(forced, cases, plain)) / count
             # the own-term glossary changes nothing where the model writes the term anyway
             anyway = [(a, b) for a, b, n in zip(kept, plain, numbers) if glossary_case(n, lang, n)[1] in b]
             identical = sum(a == b for a, b in anyway) / len(anyway)
             name = "greedy" if beams == 1 else f"beam {beams}"
-            print(f"| {lang} | {name} | {100 * term:.1f} | {100 * exact:.1f} | {100 * rest:.1f} | "
+            print(f"| {lang} | {name} | {100 * term:.1f} | {100 * exact:.1f} | {100 * placed:.1f} | {100 * rest:.1f} | "
                   f"{chrf(forced, plain):.1f} | {100 * identical:.1f} |", flush=True)
 
 

@@ -506,28 +506,31 @@ def check_crash_recovery(url, handle, retried: bool):
     outcomes, stop = [], threading.Event()
 
     def client():
-        while not stop.is_set():
-            start = time.monotonic()
-            try:
-                r = translate(url, text=["hello world"] * 4, max_new_tokens=60)
-                outcomes.append((r.status_code, time.monotonic() - start, r.text))
-            except httpx.HTTPError as e:
-                outcomes.append((0, time.monotonic() - start, repr(e)))
+        with httpx.Client(timeout=120) as http:  # one connection pool: a client a request costs CPU of its own
+            while not stop.is_set():
+                start = time.monotonic()
+                try:
+                    r = http.post(f"{url}/v1/translate", json={"text": ["hello world"] * 4, "max_new_tokens": 60})
+                    outcomes.append((r.status_code, time.monotonic() - start, r.text))
+                except httpx.HTTPError as e:
+                    outcomes.append((0, time.monotonic() - start, repr(e)))
 
     workers = [threading.Thread(target=client) for _ in range(6)]
     for w in workers:
         w.start()
-    time.sleep(2)
-    # the replica that loaded the model: the other forwards its requests there (runtime.forwarding)
-    holders = eventually(lambda: {d["pid"] for d in (handle.describe.remote().result() for _ in range(4))
-                                  if d["models"]}, timeout=30)
-    killed = min(holders)
-    os.kill(killed, signal.SIGKILL)
-    killed_at = time.monotonic()
-    time.sleep(4)
-    stop.set()
-    for w in workers:
-        w.join(60)
+    try:
+        time.sleep(2)
+        # the replica that loaded the model: the other forwards its requests there (runtime.forwarding)
+        holders = eventually(lambda: {d["pid"] for d in (handle.describe.remote().result() for _ in range(4))
+                                      if d["models"]}, timeout=30)
+        killed = min(holders)
+        os.kill(killed, signal.SIGKILL)
+        killed_at = time.monotonic()
+        time.sleep(4)
+    finally:  # whatever failed above: clients left running would load every later test (and keep pytest alive)
+        stop.set()
+        for w in workers:
+            w.join(60)
     failures = [o for o in outcomes if o[0] != 200]
 
     def replacement() -> set[int]:  # a replica that was not there before the kill answers
