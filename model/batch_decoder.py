@@ -201,7 +201,7 @@ class BatchDecoder:
             width = min(2 * max(s.params.num_beams for s in beams), logprobs.shape[-1])
             top_logprobs, top_tokens = vocabulary_topk(_select_rows(logprobs, beam_rows), width)  # (m, W) each
             chosen += [top_tokens, top_logprobs]
-        if constrained:  # (m, W) × 2, (m, C) and (m,): only when some search has constraints
+        if constrained:  # (m, W) × 2, (m, 2C) and (m,): only when some search has constraints
             def alignment(rows: torch.Tensor, source_len: int) -> torch.Tensor:  # (G, R) → (G, R, S)
                 return self.model.alignment(self.cache, queried[rows], rows[:, 0], source_len)
             chosen += constrained_choices(constrained, logprobs, vocabulary_topk, alignment)
