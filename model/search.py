@@ -183,23 +183,101 @@ class SingleSearch(Search):
 
 class BeamSearch(Search):
     """Beam search over num_beams rows; a port of transformers' vectorized beam search for one sentence. The
-    searches of a batch step together (advance_beams)."""
+    searches of a batch step together (advance_beams), and keep their scores and flags between steps as a row of
+    the table their step made (`states`, state_columns), so that a step reads them with one tensor operation rather
+    than from Python lists."""
 
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
-        k = params.num_beams
-        # float32 values kept as Python floats (exactly): a batch of searches makes one tensor of them per step
-        self.running_scores = [0.0] + [NEG_LARGE] * (k - 1)
-        self.finished_scores = [NEG_LARGE] * k
-        self.finished_seqs: list[list[int]] = [[] for _ in range(k)]
-        self.is_finished = [False] * k
-        self.improvable = True  # transformers' is_early_stop_heuristic_unsatisfied
+        # its finished set's hypotheses, each as where it ends: (steps before it, its parent beam, its token);
+        # (0, 0, None) for the empty ones it starts with
+        self.finished_ends: list[tuple[int, int, int | None]] = [(0, 0, None)] * params.num_beams
+        self.states: torch.Tensor | None = None  # (G, 3k + 4) float64: this search's is row `index`; None: initial
+        self.index = 0
+
+    # Its running hypotheses as back-pointers: per step, each beam's parent beam and token. A step only appends
+    # those (the tokens of a hypothesis are gathered when read: its input token, a finished one, the results).
+    @property
+    def sequences(self) -> list[list[int]]:
+        """Every running hypothesis' tokens (gathered once a step: a constrained search reads them a few times)."""
+        if self._gathered[0] != len(self.steps):
+            self._gathered = len(self.steps), [self.sequence(beam) for beam in range(self.params.num_beams)]
+        return self._gathered[1]
+
+    @sequences.setter
+    def sequences(self, empty: list[list[int]]) -> None:  # Search.__init__'s: every beam starts empty
+        self.steps: list[tuple[list[int], list[int]]] = []
+        self._gathered = 0, empty
+
+    def sequence(self, beam: int, steps: int | None = None) -> list[int]:
+        """The tokens of a running beam, or of the beam it was after the first `steps` steps."""
+        tokens = []
+        for parents, step_tokens in reversed(self.steps[:steps]):
+            tokens.append(step_tokens[beam])
+            beam = parents[beam]
+        return tokens[::-1]
+
+    def input_tokens(self) -> list[int]:
+        return self.steps[-1][1] if self.steps else [self.start_id] * self.params.num_beams
+
+    def state(self) -> list[float]:
+        """Its row of the state table (layout: state_columns)."""
+        if self.states is not None:
+            return self.states[self.index].tolist()
+        k = self.params.num_beams
+        # running scores (only the first beam live), finished scores, finished flags, improvable (transformers'
+        # is_early_stop_heuristic_unsatisfied), and three constants
+        return ([0.0] + [NEG_LARGE] * (k - 1) + [NEG_LARGE] * k + [0.0] * k +
+                [1.0, self.eos_id, self.max_length, self.params.early_stopping is True])
+
+    @property
+    def running_scores(self) -> list[float]:
+        """Each beam's sum of log-probabilities (float32 values)."""
+        return self.state()[:self.params.num_beams]
+
+    @property
+    def finished_scores(self) -> list[float]:
+        k = self.params.num_beams
+        return self.state()[k:2 * k]
 
     def results(self) -> list[Hypothesis]:
         out = []
-        for seq, score in zip(self.finished_seqs[: self.params.num_return_sequences], self.finished_scores):
+        for (steps, parent, token), score in zip(self.finished_ends[: self.params.num_return_sequences],
+                                                 self.finished_scores):
+            seq = [] if token is None else self.sequence(parent, steps) + [token]
             out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
         return out
+
+
+def state_columns(k: int) -> dict[str, slice]:
+    """The columns of a width-k state table: float32 scores, flags and integers, all exact in float64."""
+    return dict(running=slice(0, k), finished=slice(k, 2 * k), is_finished=slice(2 * k, 3 * k),
+                improvable=slice(3 * k, 3 * k + 1), eos=slice(3 * k + 1, 3 * k + 2),
+                max_length=slice(3 * k + 2, 3 * k + 3), stop_early=slice(3 * k + 3, 3 * k + 4))
+
+
+def gather_states(searches: list[BeamSearch]) -> torch.Tensor:
+    """The state rows of searches of one width, in order, (G, 3k + 4): the table their last step made when they
+    stepped together in this order (most steps), else its rows and new searches' initial rows gathered."""
+    table = searches[0].states
+    if table is not None and table.shape[0] == len(searches) and all(
+            s.states is table and s.index == i for i, s in enumerate(searches)):
+        return table
+    tables, offsets, index, fresh = [], {}, [], []
+    for s in searches:
+        if s.states is None:
+            fresh.append(s.state())
+            index.append(-len(fresh))  # resolved below, once the tables' rows are counted
+            continue
+        if id(s.states) not in offsets:
+            offsets[id(s.states)] = sum(t.shape[0] for t in tables)
+            tables.append(s.states)
+        index.append(offsets[id(s.states)] + s.index)
+    rows = sum(t.shape[0] for t in tables)
+    if fresh:
+        tables.append(torch.tensor(fresh, dtype=torch.float64))
+    index = [i if i >= 0 else rows - 1 - i for i in index]
+    return torch.cat(tables).index_select(0, torch.tensor(index))
 
 
 def advance_beams(searches: list[BeamSearch], top_logprobs: torch.Tensor,
@@ -234,17 +312,18 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
                    top_tokens: torch.Tensor) -> list[list[int]]:
     """advance_beams for G searches of width k; top_logprobs, top_tokens (G·k, W)."""
     g, width = len(searches), top_logprobs.shape[-1]
-    # Each search's scalars in one (G, 7) float64 tensor, one column each: exact for the integers; the length
-    # penalties computed in Python floats and rounded once to float32, as a search alone divides by them.
-    scalars = torch.tensor([[s.cur_len, s.eos_id, s.max_length, s.cur_len ** s.params.length_penalty,
-                             s.params.early_stopping is True, s.improvable,
-                             (s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
-                              else s.cur_len) ** s.params.length_penalty]  # the best generated length's penalty
-                            for s in searches], dtype=torch.float64)
-    cur_len, eos, max_length = scalars[:, 0:1], scalars[:, 1:2], scalars[:, 2:3]
-    penalty, best_penalty = scalars[:, 3:4].float(), scalars[:, 6:7].float()
-    stop_early, improvable = scalars[:, 4:5].bool(), scalars[:, 5:6].bool()
-    totals = top_logprobs.view(g, k, width) + torch.tensor([s.running_scores for s in searches])[:, :, None]
+    states, column = gather_states(searches), state_columns(k)  # (G, 3k + 4) float64
+    eos, max_length, stop_early = states[:, column["eos"]], states[:, column["max_length"]], \
+        states[:, column["stop_early"]].bool()
+    improvable = states[:, column["improvable"]].bool()
+    # Length penalties computed in Python floats and rounded once to float32, as a search alone divides by them:
+    # this step's, and the best generated length's.
+    penalties = torch.tensor([[s.cur_len ** s.params.length_penalty,
+                               (s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
+                                else s.cur_len) ** s.params.length_penalty] for s in searches]).float()  # (G, 2)
+    penalty, best_penalty = penalties[:, 0:1], penalties[:, 1:2]
+    cur_len = torch.tensor([[s.cur_len] for s in searches], dtype=torch.float64)  # (G, 1)
+    totals = top_logprobs.view(g, k, width) + states[:, column["running"]].float()[:, :, None]
     cand_scores, cand_index = torch.topk(totals.view(g, k * width), 2 * k)  # (G, 2k) each
     cand_parent, cand_token = cand_index // width, top_tokens.view(g, k * width).gather(1, cand_index)
     hits = (cand_token == eos) | (cur_len + 1 >= max_length)  # (G, 2k)
@@ -257,8 +336,8 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     # Finished hypotheses: only stopped candidates among the top k may enter the finished set.
     just_finished = hits & (torch.arange(2 * k) < k)
     scored = cand_scores / penalty
-    finished_scores = torch.tensor([s.finished_scores for s in searches])  # (G, k)
-    is_finished = torch.tensor([s.is_finished for s in searches])
+    finished_scores = states[:, column["finished"]].float()  # (G, k)
+    is_finished = states[:, column["is_finished"]].bool()
     closed = (stop_early & is_finished.all(1, keepdim=True)) | ~improvable
     scored = scored + closed.float() * NEG_LARGE
     scored = scored + (~just_finished) * NEG_LARGE
@@ -270,24 +349,27 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     # transformers' early-stop heuristic: can the best running beam still beat the worst finished one?
     best_possible = running_scores[:, :1] / best_penalty
     worst_finished = torch.where(is_finished, finished_scores.amin(1, keepdim=True), NEG_LARGE)
-    improvable = improvable[:, 0] & (best_possible > worst_finished).any(1)
+    improvable = improvable & (best_possible > worst_finished).any(1, keepdim=True)  # (G, 1)
     open_beam = ~(is_finished.all(1) & stop_early[:, 0])
-    going_on = improvable & open_beam & ~hits.all(1)
+    going_on = improvable[:, 0] & open_beam & ~hits.all(1)
 
+    states = torch.cat((running_scores.double(), finished_scores.double(), is_finished.double(),
+                        improvable.double(), states[:, column["eos"].start:]), 1)
+    # what the host needs, in one copy to Python: candidate parents and tokens (2k each), the kept candidates'
+    # parents and tokens (k each), the finished set's choice (k), going on (1)
+    chosen = torch.cat((cand_parent, cand_token, cand_parent.gather(1, keep), cand_token.gather(1, keep), best,
+                        going_on[:, None].long()), 1).tolist()
     out, updates = [], []
-    for s, parent, token, kept, chosen, r, f, fin, imp, go in zip(
-            searches, cand_parent.tolist(), cand_token.tolist(), keep.tolist(), best.tolist(),
-            running_scores.tolist(), finished_scores.tolist(), is_finished.tolist(), improvable.tolist(),
-            going_on.tolist()):
-        seqs = s.sequences  # candidate i is seqs[parent[i]] + [token[i]]
-        updates.append((s, [seqs[parent[i]] + [token[i]] for i in kept],
-                        [s.finished_seqs[i] if i < k else seqs[parent[i - k]] + [token[i - k]] for i in chosen],
-                        r, f, fin, imp, go))
-        out.append([parent[i] for i in kept])
-    for s, sequences, finished, r, f, fin, imp, go in updates:  # no search changes before every one has chosen
-        s.sequences, s.finished_seqs = sequences, finished
-        s.running_scores, s.finished_scores, s.is_finished = r, f, fin
+    for s, row in zip(searches, chosen):
+        parent, token, picked = row[:2 * k], row[2 * k:4 * k], row[6 * k:7 * k]
+        finished, steps = s.finished_ends, len(s.steps)  # candidate i ends with parent[i], token[i]
+        updates.append((s, (row[4 * k:5 * k], row[5 * k:6 * k]),
+                        [finished[i] if i < k else (steps, parent[i - k], token[i - k]) for i in picked], row[-1]))
+        out.append(row[4 * k:5 * k])
+    for index, (s, step, finished, go) in enumerate(updates):  # none changes before every one has chosen
+        s.steps.append(step)
+        s.finished_ends = finished
+        s.states, s.index = states, index
         s.cur_len += 1
-        s.improvable, s.done = imp, not go
+        s.done = not go
     return out
-

@@ -22,10 +22,11 @@ def raising(*_):
     raise Injected("injected")
 
 
-class BeamWithBrokenScores(BeamSearch):
-    """A beam search whose scores cannot be read: advance_beams raises while it steps the group it is in."""
+class BeamWithBrokenHypotheses(BeamSearch):
+    """A beam search whose finished hypotheses cannot be read: advance_beams raises while it steps the group it
+    is in."""
 
-    running_scores = property(raising, lambda self, value: None)
+    finished_ends = property(raising, lambda self, value: None)
 
 
 def inject(search) -> None:
@@ -33,7 +34,7 @@ def inject(search) -> None:
     if isinstance(search, ConstrainedBeamSearch):
         search.propose = raising
     elif isinstance(search, BeamSearch):
-        search.__class__ = BeamWithBrokenScores
+        search.__class__ = BeamWithBrokenHypotheses
     else:
         search.advance = raising  # greedy and sampled searches
 
