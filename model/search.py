@@ -263,20 +263,16 @@ def gather_states(searches: list[BeamSearch]) -> torch.Tensor:
     if table is not None and table.shape[0] == len(searches) and all(
             s.states is table and s.index == i for i, s in enumerate(searches)):
         return table
-    tables, offsets, index, fresh = [], {}, [], []
+    tables, offsets, rows = [], {}, 0  # the tables holding their rows, each one's first row once concatenated
     for s in searches:
-        if s.states is None:
-            fresh.append(s.state())
-            index.append(-len(fresh))  # resolved below, once the tables' rows are counted
-            continue
-        if id(s.states) not in offsets:
-            offsets[id(s.states)] = sum(t.shape[0] for t in tables)
+        if s.states is not None and id(s.states) not in offsets:
+            offsets[id(s.states)], rows = rows, rows + s.states.shape[0]
             tables.append(s.states)
-        index.append(offsets[id(s.states)] + s.index)
-    rows = sum(t.shape[0] for t in tables)
+    fresh = [s for s in searches if s.states is None]  # their initial rows follow the tables'
     if fresh:
-        tables.append(torch.tensor(fresh, dtype=torch.float64))
-    index = [i if i >= 0 else rows - 1 - i for i in index]
+        tables.append(torch.tensor([s.state() for s in fresh], dtype=torch.float64))
+    new_rows = iter(range(rows, rows + len(fresh)))
+    index = [next(new_rows) if s.states is None else offsets[id(s.states)] + s.index for s in searches]
     return torch.cat(tables).index_select(0, torch.tensor(index))
 
 
