@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from model.search import BeamSearch, DecodeParams, advance_beams
+from model.decoding.search import BeamSearch, DecodeParams, advance_beams
 
 BEAMS, CANDIDATES, EOS = 4, 8, 0
 

@@ -6,10 +6,10 @@ On the opus-mt-en-de-shaped random checkpoint of loadtests.bench_engine, one dec
 with a 24-token source, for target positions 0..steps-1 (median step time over the positions, best of 3 passes):
 
 - eager: `decode_step` as the engine calls it, reading the cache up to the current target length, float32
-  linears through oneDNN (model.cpu_kernels), its layers run from Python (`load(traced=False)`);
+  linears through oneDNN (model.kernels.cpu_kernels), its layers run from Python (`load(traced=False)`);
 - eager, static shape: the same step reading the whole target capacity (masked beyond each row's position): what a
   static-shape (graph-capturable) step reads;
-- traced: the eager step with its layers as a TorchScript trace (model.traced_step), as the engine runs it;
+- traced: the eager step with its layers as a TorchScript trace (model.kernels.traced_step), as the engine runs it;
 - compiled static / dynamic: `torch.compile` (inductor, weights frozen) of the static-shape step, and of the
   eager step with dynamic shapes. Inductor does not trace oneDNN's linear op, so compiled steps use nn.Linear and
   inductor's own matmul lowering; compile time is printed.
@@ -28,8 +28,8 @@ import torch
 
 from loadtests.bench_engine import SOURCE_TOKENS, build_checkpoint, cpu_name
 from model import load
-from model.cpu_kernels import use_onednn_linears
-from model.traced_step import trace_stacks
+from model.kernels.cpu_kernels import use_onednn_linears
+from model.kernels.traced_step import trace_stacks
 
 
 def median_step(step, rows: int, steps: int, passes: int = 3) -> float:

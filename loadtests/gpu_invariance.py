@@ -3,7 +3,7 @@
     python -m loadtests.gpu_invariance [--styles plain,fixed] [--dtypes float16,bfloat16] [--out DIR]
 
 Styles of the products: plain nn.Linear (cuBLAS picks a kernel per shape), or fixed: what a GPU model runs, every
-product a fixed number of rows at a time (model.cuda_kernels; `fixedN` for N rows in the products table).
+product a fixed number of rows at a time (model.kernels.cuda_kernels; `fixedN` for N rows in the products table).
 
 1. products: each Linear shape of the opus-mt-en-de and NLLB-600M models, row r alone against row r inside M rows
    (beside rows 100× larger): for how many of the row counts it differs;
@@ -16,7 +16,7 @@ product a fixed number of rows at a time (model.cuda_kernels; `fixedN` for N row
 4. cost: the captured decoder step per row bucket and an encoder pass (32 × 24 tokens), ms, median of 50;
 5. layers: where a difference first shows, module by module: one eager decoder step over live rows inside two
    row counts, and a source encoded alone against inside a padded batch of four; then the log-softmax over the
-   vocabulary that follows the step (torch's, and the model's: model.cuda_kernels.log_softmax).
+   vocabulary that follows the step (torch's, and the model's: model.kernels.cuda_kernels.log_softmax).
 `--device cpu` walks it on the CPU (the styles do not apply there: a check of the script, not a measurement).
 """
 
@@ -37,8 +37,9 @@ from loadtests.bench_engine import (
     build_checkpoint,
     build_nllb_checkpoint,
 )
-from model import cuda_kernels, load
-from model.layers import attention
+from model import load
+from model.kernels import cuda_kernels
+from model.network.layers import attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from batch_decoding import decodings, differences
@@ -49,7 +50,7 @@ LINEAR_SHAPES = {"opus-mt-en-de": [(512, 512), (512, 2048), (2048, 512), (512, 5
 
 
 def styled(network, style: str):
-    """plain: nn.Linear; fixed: model.cuda_kernels, as loaded (fixedN: N rows at a time, a lone layer)."""
+    """plain: nn.Linear; fixed: model.kernels.cuda_kernels, as loaded (fixedN: N rows at a time, a lone layer)."""
     if isinstance(network, torch.nn.Linear):  # a lone layer of the products table
         network.__class__ = torch.nn.Linear if style == "plain" else cuda_kernels.FixedRowsLinear
         if style != "plain":
@@ -207,7 +208,7 @@ def log_softmaxes(device: str) -> list[str]:
 
 def layers(name: str, path: Path, device: str, dtype: str, pairs=((1, 16), (64, 128), (64, 200))) -> list[str]:
     from model import BatchDecoder
-    from model.static_step import StaticStep
+    from model.kernels.static_step import StaticStep
 
     network = load(path, device=device, dtype=dtype, traced=False).network
     ids = random_sources(network, 40, seed=1)
@@ -227,7 +228,7 @@ def layers(name: str, path: Path, device: str, dtype: str, pairs=((1, 16), (64, 
         first_rows = partial(torch.narrow, dim=0, start=0, length=live)
         where = first_difference(at(small, live), at(large, live), first_rows, first_rows)
         lines.append(f"| {name} | {dtype} | decoder step, {live} live rows in {small} vs {large} | {where} |")
-    if device == "cuda":  # the CPU packs sources into rows instead (model.transformer.encode_sources)
+    if device == "cuda":  # the CPU packs sources into rows instead (model.network.transformer.encode_sources)
         lines.append(encoder_difference(name, network, dtype, ids[:4], at=2))
     print("\n".join(lines), flush=True)
     return lines

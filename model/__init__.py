@@ -3,30 +3,46 @@
     bundle = model.load(path, device="cpu", dtype="float32")   # any supported family, by config.json
     Translator(bundle).translate(["Hello."], target_lang="fr")
 
-Everything outside model/ (the server, the benchmarks) enters through the names below.
+Everything outside model/ (the server, the benchmarks) enters through the names below. Its folders by job, each
+importing only those before it: text/ (languages, detection, segmentation, files: pure Python), network/ (the
+Transformer), kernels/ (CPU and GPU tuning, number formats), decoding/ (searches, the batch decoder), loading/
+(checkpoints, the Hub, one module per family); above them the uses of a loaded model (translator, glossary,
+alignment, the command line). Names are imported when first used, so a process that needs only the text layer never
+imports torch.
 """
 
-from .alignment import AlignmentInput, word_alignments
-from .architecture import ModelConfig
-from .batch_decoder import BatchDecoder, Encoded, StepEvent
-from .bundle import ModelBundle, Source, demo_model_dir, load
-from .cpu_memory import keep_freed_memory
-from .dtypes import native_bfloat16, resolve_dtype, resolve_placement
-from .errors import CheckpointError
-from .glossary import Glossary, UnspellableTerm, check_terms, term_ids, with_glossary
-from .hub import is_repo_id
-from .languages import UnsupportedLanguage, iso_code, match_language
-from .search import DecodeParams, Hypothesis, new_tokens_within
-from .text import (FORMATS, SPLIT_MODES, SUFFIXES, Document, Documents, FileError, FileTooLarge, MarkupError,
-                   ParsedFile, WordTooLong, detect_language, detectable, prepare, read_file, text_content, written_as)
-from .transformer import Seq2SeqTransformer
-from .translator import Translation, Translator
+import importlib
 
-__all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "AlignmentInput", "BatchDecoder", "CheckpointError", "DecodeParams",
-           "Document", "Documents", "Encoded", "FileError", "FileTooLarge", "Glossary", "Hypothesis", "MarkupError",
-           "ModelBundle", "ModelConfig", "ParsedFile", "Seq2SeqTransformer", "Source", "StepEvent", "Translation",
-           "Translator", "UnspellableTerm", "UnsupportedLanguage", "WordTooLong", "check_terms", "demo_model_dir",
-           "detect_language", "detectable", "is_repo_id", "iso_code", "keep_freed_memory", "load", "match_language",
-           "native_bfloat16", "new_tokens_within", "prepare", "read_file", "resolve_dtype", "resolve_placement",
-           "term_ids", "with_glossary", "text_content", "word_alignments",
-           "written_as"]
+_HOMES = {
+    ".alignment": ["AlignmentInput", "word_alignments"],
+    ".decoding.batch_decoder": ["BatchDecoder", "Encoded", "StepEvent"],
+    ".glossary": ["Glossary", "UnspellableTerm", "check_terms", "term_ids", "with_glossary"],
+    ".decoding.search": ["DecodeParams", "Hypothesis", "new_tokens_within"],
+    ".decoding.source": ["Source"],
+    ".errors": ["CheckpointError"],
+    ".kernels.cpu_memory": ["keep_freed_memory"],
+    ".kernels.dtypes": ["native_bfloat16", "resolve_dtype", "resolve_placement"],
+    ".loading.bundle": ["ModelBundle", "demo_model_dir", "load"],
+    ".loading.hub": ["is_repo_id"],
+    ".text.languages": ["UnsupportedLanguage", "iso_code", "match_language"],
+    ".network.architecture": ["ModelConfig"],
+    ".network.transformer": ["Seq2SeqTransformer"],
+    ".text": ["FORMATS", "SPLIT_MODES", "SUFFIXES", "Document", "Documents", "FileError", "FileTooLarge", "MarkupError",
+              "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
+              "written_as"],
+    ".translator": ["Translation", "Translator"],
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str):
+    if name not in _HOME_OF:
+        raise AttributeError(f"module 'model' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME_OF[name], __name__), name)
+    globals()[name] = value  # imported once: later lookups find it without this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

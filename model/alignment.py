@@ -14,17 +14,15 @@ Dimensions: B units, S source length, T generated length, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Sequence
 
 import torch
 
-from .bundle import ModelBundle
-from .text.inline import Alignment, word_spans
-from .transformer import Seq2SeqTransformer
+from .loading.bundle import ModelBundle
+from .network.transformer import Seq2SeqTransformer
+from .text.inline import Alignment, token_words, word_spans
 
 UNITS_PER_PASS = 16  # units aligned in one padded forward pass: bounds the (B, H, T, S) weights held at once
-SLACK = 16  # bytes a token may skip in the text: what the tokenizer normalized or could not spell (<unk>)
 
 
 @dataclass(frozen=True)
@@ -48,29 +46,6 @@ def cross_attentions(network: Seq2SeqTransformer, pairs: Sequence[tuple[list[int
         with torch.inference_mode():
             weights = network.cross_attention(src, src_mask, tgt, layer).mean(1).cpu()  # (B, T, S)
         out += [weights[i, :len(t), :len(s)] for i, (s, t) in enumerate(batch)]
-    return out
-
-
-def token_words(text: str, spelled: Sequence[bytes]) -> list[list[int]]:
-    """For each token, the words of `text` it spells (a token may end one word and start the next: "s."). Tokens
-    are matched in order against the text's UTF-8 bytes, spaces skipped; a token that spells nothing found next
-    (special and language tokens) belongs to no word."""
-    data = text.encode()
-    offsets = list(accumulate((len(c.encode()) for c in text), initial=0))  # char index → byte index
-    word_at = [-1] * len(data)  # byte → word index
-    for w, (start, end) in enumerate(word_spans(text)):
-        word_at[offsets[start]:offsets[end]] = [w] * (offsets[end] - offsets[start])
-    out, cursor = [], 0
-    for token in spelled:
-        piece = token.strip()
-        while cursor < len(data) and data[cursor:cursor + 1].isspace():
-            cursor += 1
-        at = data.find(piece, cursor, cursor + len(piece) + SLACK) if piece else -1
-        if at == -1:
-            out.append([])
-            continue
-        out.append(sorted({word_at[i] for i in range(at, at + len(piece))} - {-1}))
-        cursor = at + len(piece)
     return out
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .alignment import AlignmentInput, word_alignments
-from .dtypes import CHOICES
 from .errors import CheckpointError
-from .languages import iso_code
+from .kernels.dtypes import CHOICES
 from .text import read_file, translate_texts
+from .text.languages import iso_code
 from .translator import Translator
 
 DOCUMENT_SUFFIXES = (".html", ".htm", ".srt", ".docx")

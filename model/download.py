@@ -1,8 +1,8 @@
-"""`python -m model.download ORG/NAME[@REVISION] ...` (model.hub.download)."""
+"""`python -m model.download ORG/NAME[@REVISION] ...` (model.loading.hub.download)."""
 
 import sys
 
-from .hub import download
+from .loading.hub import download
 
 if __name__ == "__main__":
     sys.exit(download())

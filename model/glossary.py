@@ -18,10 +18,9 @@ import unicodedata
 from dataclasses import replace
 from typing import Iterable
 
-from .alignment import token_words
-from .bundle import Source
-from .families import Tokenizer
-from .text.inline import word_spans
+from .decoding.source import Source
+from .loading.families import Tokenizer
+from .text.inline import token_words, word_spans
 
 WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .batch_decoder import BatchDecoder
-from .bundle import ModelBundle, load
+from .decoding.batch_decoder import BatchDecoder
+from .decoding.search import Hypothesis
 from .glossary import Glossary, with_glossary
-from .search import Hypothesis
+from .loading.bundle import ModelBundle, load
 
 
 @dataclass

@@ -15,7 +15,7 @@ class Settings:
     dtype: str = "auto"  # auto = float16 on cuda; on the cpu bfloat16 where it has native bfloat16, else float32
     pack_tied_output: bool = True  # float32, bfloat16 on cpu: a tied output projection gets copies (faster, more memory)
     cuda_graphs: bool = True  # on cuda: the decoder step at static shapes, captured as CUDA graphs at start-up
-    traced: bool = True  # on the cpu: encoder passes and decoder steps run as TorchScript traces (model.traced_step)
+    traced: bool = True  # on the cpu: encoder passes and decoder steps run as TorchScript traces (model/kernels)
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1  # --no-ray: server processes on the port, each with its own copy of every model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..dtypes import CHOICES
+from ..kernels.dtypes import CHOICES
 from ..translator import Translator
 from .data import LANGUAGES, held_out_numbers, target_text
 

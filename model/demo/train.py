@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..architecture import ModelConfig
-from ..checkpoint import save_network
-from ..families import marian
-from ..families.marian import MarianTokenizer
-from ..transformer import Seq2SeqTransformer
+from ..loading.checkpoint import save_network
+from ..loading.families import marian
+from ..loading.families.marian import MarianTokenizer
+from ..network.architecture import ModelConfig
+from ..network.transformer import Seq2SeqTransformer
 from .data import LANGUAGES, held_out_numbers, training_pairs
 
 

@@ -4,8 +4,8 @@ segmentation, markup and document files."""
 from .detect import detect_language, detectable
 from .document import Document, Documents, prepare, translate_texts
 from .files import SUFFIXES, read_file, written_as
-from .parsed import FileError, FileTooLarge, ParsedFile
 from .markup import FORMATS, MarkupError, text_content
+from .parsed import FileError, FileTooLarge, ParsedFile
 from .segment import SPLIT_MODES, WordTooLong
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "Document", "Documents", "FileError", "FileTooLarge", "MarkupError",

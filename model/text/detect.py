@@ -15,7 +15,7 @@ from typing import Iterable
 
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-from ..languages import iso_code
+from .languages import iso_code
 
 SAMPLE_CHARS = 2_000  # detection reads the start of a text: enough for a confident guess, bounded cost
 _lock = threading.Lock()

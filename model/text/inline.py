@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Callable, Sequence
 
 from .segment import Span, segment
 
 Alignment = Sequence[tuple[int, int]]  # (source word index, target word index) pairs of one unit
+SLACK = 16  # bytes a token may skip in the text: what the tokenizer normalized or could not spell (<unk>)
 _WORD = re.compile(r"\w+|[^\w\s]+")  # words and runs of punctuation: a tag may close before a full stop
 
 
@@ -101,6 +103,29 @@ class Run:
 def word_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each word of `text`, as alignments count words."""
     return [m.span() for m in _WORD.finditer(text)]
+
+
+def token_words(text: str, spelled: Sequence[bytes]) -> list[list[int]]:
+    """For each token, the words of `text` it spells (a token may end one word and start the next: "s."). Tokens
+    are matched in order against the text's UTF-8 bytes, spaces skipped; a token that spells nothing found next
+    (special and language tokens) belongs to no word."""
+    data = text.encode()
+    offsets = list(accumulate((len(c.encode()) for c in text), initial=0))  # char index → byte index
+    word_at = [-1] * len(data)  # byte → word index
+    for w, (start, end) in enumerate(word_spans(text)):
+        word_at[offsets[start]:offsets[end]] = [w] * (offsets[end] - offsets[start])
+    out, cursor = [], 0
+    for token in spelled:
+        piece = token.strip()
+        while cursor < len(data) and data[cursor:cursor + 1].isspace():
+            cursor += 1
+        at = data.find(piece, cursor, cursor + len(piece) + SLACK) if piece else -1
+        if at == -1:
+            out.append([])
+            continue
+        out.append(sorted({word_at[i] for i in range(at, at + len(piece))} - {-1}))
+        cursor = at + len(piece)
+    return out
 
 
 def _shifted(marks: list[Mark], start: int) -> list[Mark]:

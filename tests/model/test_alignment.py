@@ -13,7 +13,8 @@ from text2text_fixtures import BART_SENTENCES, T5_SENTENCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import AlignmentInput, Translator, load, word_alignments
-from model.alignment import cross_attentions, token_words, word_alignment
+from model.alignment import cross_attentions, word_alignment
+from model.text.inline import token_words
 from model.text.inline import word_spans
 
 pytestmark = pytest.mark.slow

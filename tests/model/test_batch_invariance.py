@@ -17,10 +17,11 @@ import torch
 from batch_decoding import decodings, differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
-from model import Translator, load, quantize
-from model.cpu_kernels import use_onednn_linears
-from model.layers import RMSNorm, attended_length, attention
-from model.quantize import quantize_in_blocks
+from model import Translator, load
+from model.kernels import quantize
+from model.kernels.cpu_kernels import use_onednn_linears
+from model.network.layers import RMSNorm, attended_length, attention
+from model.kernels.quantize import quantize_in_blocks
 
 pytestmark = pytest.mark.slow
 

@@ -115,7 +115,7 @@ def test_random_init_is_skipped_only_while_building_and_restored():
     initializations work again afterwards, and constant ones (an absent output bias is zero) ran inside."""
     from torch import nn
 
-    from model.checkpoint import RANDOM_INITS, without_random_init
+    from model.loading.checkpoint import RANDOM_INITS, without_random_init
 
     before = {name: getattr(nn.init, name) for name in RANDOM_INITS}
     with without_random_init():

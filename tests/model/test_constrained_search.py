@@ -1,4 +1,4 @@
-"""Lexically constrained beam search (model.constrained): constraints appear in every hypothesis, a constraint the
+"""Lexically constrained beam search (decoding.constrained): constraints appear in every hypothesis, a constraint the
 model spells anyway changes nothing, the cache follows the beams, and a constrained sequence shares decoder steps
 with others without changing theirs or its own outputs."""
 
@@ -16,7 +16,7 @@ from text2text_fixtures import build_bart, build_t5
 from dataclasses import replace
 
 from model import DecodeParams, load
-from model.constrained import ELSEWHERE, PARTIAL, PLACED, Constraints
+from model.decoding.constrained import ELSEWHERE, PARTIAL, PLACED, Constraints
 
 pytestmark = pytest.mark.slow
 

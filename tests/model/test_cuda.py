@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # run with --noconftest (gpu
 from batch_decoding import decodings, differences
 from marian_fixtures import WORDS_EN, build_checkpoint
 
-from model import BatchDecoder, DecodeParams, cuda_kernels, load
+from model import BatchDecoder, DecodeParams, load
+from model.kernels import cuda_kernels
 from model.demo.data import LANGUAGES, held_out_numbers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -6,10 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from model import cuda_kernels, load
-from model.cpu_kernels import use_onednn_linears
-from model.cuda_kernels import FixedRowsLinear, use_fixed_row_products
-from model.static_step import row_buckets
+from model import load
+from model.kernels import cuda_kernels
+from model.kernels.cpu_kernels import use_onednn_linears
+from model.kernels.cuda_kernels import FixedRowsLinear, use_fixed_row_products
+from model.kernels.static_step import row_buckets
 
 
 @pytest.mark.parametrize("shape", [(1, 48), (63, 48), (64, 48), (65, 48), (3, 100, 48)])

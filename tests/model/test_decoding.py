@@ -6,10 +6,11 @@ import torch.nn.functional as F
 from marian_fixtures import SENTENCES
 from oracles import assert_cached_steps_equal_full
 
-from model import BatchDecoder, DecodeParams, Translator, layers, load
-from model.batch_decoder import vocabulary_argmax, vocabulary_topk
-from model.kv_cache import KVCache
-from model.layers import attention
+from model import BatchDecoder, DecodeParams, Translator, load
+from model.network import layers
+from model.decoding.batch_decoder import vocabulary_argmax, vocabulary_topk
+from model.network.kv_cache import KVCache
+from model.network.layers import attention
 
 MANY_ROWS = 8  # a decoder step of several rows
 
@@ -198,7 +199,7 @@ def test_min_new_tokens_and_max_new_tokens(translator):
 
 def test_onednn_linears_match_torch_linears_and_keep_weights(checkpoint):
     """Loading for the CPU routes float32 Linears through oneDNN: same logits, names, and tied weights."""
-    from model.cpu_kernels import OneDNNLinear, use_onednn_linears
+    from model.kernels.cpu_kernels import OneDNNLinear, use_onednn_linears
 
     model = load(checkpoint).network
     if not torch.backends.mkldnn.is_available():
@@ -247,7 +248,7 @@ def test_packed_onednn_weights_hold_the_same_matrix_and_compute_the_same_product
     """A weight packed into oneDNN's layout unpacks to the same numbers and multiplies as the plain one does, at one
     row (another kernel: within float rounding) and at many; a weight two modules share stays plain and tied, and
     with pack_shared its Linear multiplies by a packed copy of it, alike."""
-    from model.cpu_kernels import use_onednn_linears
+    from model.kernels.cpu_kernels import use_onednn_linears
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
@@ -277,7 +278,7 @@ def test_one_or_two_rows_multiply_as_the_same_rows_inside_a_product_of_the_rows_
     """Products over one or two rows run padded with zero rows to PACKED_FOR_ROWS (oneDNN's kernel for fewer rows
     reads the packed weight slower): the trace of one or two rows pads them, the trace of three does not, and every
     row comes out bit for bit as inside a product over PACKED_FOR_ROWS rows, eagerly, in any leading shape, traced."""
-    from model.cpu_kernels import PACKED_FOR_ROWS, use_onednn_linears
+    from model.kernels.cpu_kernels import PACKED_FOR_ROWS, use_onednn_linears
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")

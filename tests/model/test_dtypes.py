@@ -1,8 +1,8 @@
-"""`--dtype auto` and the dtypes a device refuses (model.dtypes), as the CLI and the server apply them."""
+"""`--dtype auto` and the dtypes a device refuses (model.kernels.dtypes), as the CLI and the server apply them."""
 
 import pytest
 
-import model.dtypes as dtypes
+import model.kernels.dtypes as dtypes
 from model import resolve_dtype
 from server.front.registry import ModelRegistry, model_info
 from server.settings import Settings

@@ -5,8 +5,8 @@ the running batch finishes with the outputs it has without the failure, bit for 
 import pytest
 
 from model import BatchDecoder, DecodeParams, load
-from model.constrained import ConstrainedBeamSearch
-from model.search import BeamSearch
+from model.decoding.constrained import ConstrainedBeamSearch
+from model.decoding.search import BeamSearch
 
 NEW_TOKENS = 12
 FAIL_AFTER_STEPS = 3

@@ -9,7 +9,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from model import BatchDecoder, Translator, load
 from model.cli import main as translate_cli
-from model.transformer import pack_rows
+from model.network.transformer import pack_rows
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""model.languages: what users send for source_lang / target_lang → a model's own language codes."""
+"""model.text.languages: what users send for source_lang / target_lang → a model's own language codes."""
 
 import ast
 import timeit
@@ -9,7 +9,7 @@ from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CO
 from transformers.models.mbart50.tokenization_mbart50 import FAIRSEQ_LANGUAGE_CODES as MBART50
 from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES as NLLB
 
-from model.languages import LanguageIndex, UnsupportedLanguage, iso_code, language_index, match_language
+from model.text.languages import LanguageIndex, UnsupportedLanguage, iso_code, language_index, match_language
 
 M2M100 = M2M_CODES["m2m100"]
 FAMILIES = {"nllb": NLLB, "mbart50": MBART50, "m2m100": M2M100}
@@ -196,7 +196,7 @@ def test_index_is_built_once_per_code_list_and_is_fast():
 
 def test_pure_python():
     """No torch, serving code or transformers: the standard library and langcodes only."""
-    tree = ast.parse((Path(__file__).parents[2] / "model" / "languages.py").read_text(encoding="utf-8"))
+    tree = ast.parse((Path(__file__).parents[2] / "model" / "text" / "languages.py").read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -9,9 +9,9 @@ from transformers import (ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsPro
                           MinNewTokensLengthLogitsProcessor, NoBadWordsLogitsProcessor, NoRepeatNGramLogitsProcessor,
                           RepetitionPenaltyLogitsProcessor)
 
-from model.batch_decoder import new_search
-from model.logits_rules import ActiveRules, RowRules
-from model.search import DecodeParams
+from model.decoding.batch_decoder import new_search
+from model.decoding.logits_rules import ActiveRules, RowRules
+from model.decoding.search import DecodeParams
 
 VOCAB, START, EOS, ROWS, CAPACITY = 12, 0, 2, 40, 16
 

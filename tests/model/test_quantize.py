@@ -1,4 +1,4 @@
-"""int8 (model.quantize): weights quantized a block of rows at a time (Int8Rows, how an untied output projection
+"""int8 (model.kernels.quantize): weights quantized a block of rows at a time (Int8Rows, how an untied output projection
 loads) equal the whole float32 matrix quantized; every Linear of an int8 load is int8; an int8 product is the
 exact int32 product of the rounded rows, scaled back."""
 
@@ -7,7 +7,7 @@ from safetensors import safe_open
 from torch import nn
 
 from model import load
-from model.quantize import INT8_MAX, Int8Linear, Int8Rows, quantize_rows
+from model.kernels.quantize import INT8_MAX, Int8Linear, Int8Rows, quantize_rows
 
 
 def whole_matrix(weight: torch.Tensor, bias: torch.Tensor) -> Int8Linear:

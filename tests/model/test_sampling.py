@@ -6,7 +6,7 @@ from marian_fixtures import SENTENCES
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from model import DecodeParams, Translator
-from model.search import SingleSearch
+from model.decoding.search import SingleSearch
 
 NEG_INF = float("-inf")
 

@@ -1,4 +1,4 @@
-"""The traced stacks (model.traced_step) against the eager network of the same checkpoint, every family, float32,
+"""The traced stacks (kernels.traced_step) against the eager network of the same checkpoint, every family, float32,
 bfloat16 and int8: encoder passes, cross-attention keys and values and decoder steps bit-identical, at row counts on
 both sides of the products' padding (and of bfloat16's blocks of rows) and at growing target lengths; a trace that
 would keep a shape fixed fails."""
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from model import load
-from model.cpu_kernels import BLOCK_ROWS
-from model.traced_step import trace_stacks
-from model.transformer import Seq2SeqTransformer
+from model.kernels.cpu_kernels import BLOCK_ROWS
+from model.kernels.traced_step import trace_stacks
+from model.network.transformer import Seq2SeqTransformer
 from server.runtime.process import load_weights
 from server.settings import Settings
 

@@ -1,5 +1,5 @@
 """The CPU process an engine decodes in: two OpenMP teams at most (server.runtime.process.in_passing_thread), and
-large per-step tensors served from glibc's heap and kept there when freed (model.cpu_memory)."""
+large per-step tensors served from glibc's heap and kept there when freed (model.kernels.cpu_memory)."""
 
 import json
 import platform
@@ -65,7 +65,7 @@ def test_an_engine_holds_two_openmp_teams_whatever_it_runs():
 # of their own mmap while it lives, and of free bytes kept in the heap once it is freed.
 ALLOCATE = """
 import ctypes, json, torch
-from model.cpu_memory import keep_freed_memory
+from model.kernels.cpu_memory import keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -85,7 +85,7 @@ print(json.dumps({"mapped": mapped, "kept": mallinfo2().fordblks}))
                     reason="the limits are glibc's; mallinfo2 came in 2.33")
 def test_a_step_sized_tensor_comes_from_the_heap_and_its_memory_stays_there():
     """glibc's defaults give a first 30 MB allocation an mmap of its own, unmapped when freed, so the next step's
-    pages are faulted in and zeroed anew (model.cpu_memory); with the limits it comes from the heap and stays."""
+    pages are faulted in and zeroed anew (kernels.cpu_memory); with the limits it comes from the heap and stays."""
     done = subprocess.run([sys.executable, "-c", ALLOCATE], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -4,7 +4,7 @@ The decoder owns a preallocated KV cache of `capacity` rows and the generation r
 kept compact in [0, n): when a request finishes, rows from the tail are moved into its holes, so a step always
 reads contiguous views. A step copies its inputs to the device once and its choices (greedy tokens, beam
 candidates) back once; everything between stays on the device. With static_shapes the network runs at fixed
-shapes (model.static_step), captured as CUDA graphs on a GPU.
+shapes (model.kernels.static_step), captured as CUDA graphs on a GPU.
 
 Dimensions: n live rows, R capacity (rows), L decoder layers, B new sources, S source length, H heads, Dh head size,
 V target vocabulary, W top-k candidates per beam row, g greedy rows, m beam rows.
@@ -18,12 +18,12 @@ from typing import Callable, Hashable
 
 import torch
 
-from . import cuda_kernels
+from ..kernels import cuda_kernels
+from ..kernels.static_step import StaticStep
+from ..network.transformer import Seq2SeqTransformer
 from .constrained import ConstrainedBeamSearch, advance_constrained, constrained_choices
 from .logits_rules import ActiveRules, RowRules
 from .search import BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams, target_length
-from .static_step import StaticStep
-from .transformer import Seq2SeqTransformer
 
 
 @dataclass

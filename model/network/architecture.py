@@ -1,6 +1,6 @@
 """What varies between encoder-decoder families, as data: one network is built from this description.
 
-A family module (model/families/) maps its config.json onto ModelConfig; nothing else in the network knows
+A family module (model/loading/families/) maps its config.json onto ModelConfig; nothing else in the network knows
 which family it runs.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 ACTIVATIONS = ("swish", "silu", "relu", "gelu", "gelu_new")
 

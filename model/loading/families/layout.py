@@ -8,7 +8,7 @@ several names).
 
 from __future__ import annotations
 
-from ..architecture import Architecture, ModelConfig, Positions
+from ...network.architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
 
 Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 
-from ..architecture import Architecture, ModelConfig, Positions
+from ...errors import CheckpointError
+from ...network.architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
-from ..errors import CheckpointError
 from . import layout
 from .base import Family, Languages, load_spm, read_tokenizer_config, sentencepiece_bytes, special_token_pattern
 

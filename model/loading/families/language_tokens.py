@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import CheckpointError
 from ..config import read_json
-from ..errors import CheckpointError
 from .base import Languages, PiecesTokenizer, TokenizerJson, load_spm, sentencepiece_bytes, special_token_pattern
 
 

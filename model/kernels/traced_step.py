@@ -27,8 +27,8 @@ import warnings
 
 import torch
 
+from ..network.transformer import Seq2SeqTransformer
 from .cpu_kernels import PADDED_ROWS, OneDNNLinear, padded
-from .transformer import Seq2SeqTransformer
 
 
 class Traced:

@@ -12,9 +12,9 @@ from typing import Callable, Protocol
 import sentencepiece
 from tokenizers import Tokenizer as HFTokenizersTokenizer
 
-from ..architecture import ModelConfig
+from ...errors import CheckpointError
+from ...network.architecture import ModelConfig
 from ..config import read_json
-from ..errors import CheckpointError
 from .layout import Parts
 
 BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a SentencePiece byte-fallback piece

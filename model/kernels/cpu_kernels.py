@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import fixed_in_trace
+from ..network.layers import fixed_in_trace
 
 PACKED_FOR_ROWS = 4  # the batch size the layout is chosen for; 32 measured the same within noise at 1–128 rows
 PADDED_ROWS = 2  # products over this many rows or fewer run padded to PACKED_FOR_ROWS rows (above)
@@ -40,7 +40,7 @@ BLOCK_ROWS = 32  # bfloat16 products over more rows run this many rows at a time
 class OneDNNLinear(nn.Linear):
     """weight is plain (out, in) or packed (oneDNN's layout, torch._mkldnn): the op takes either. The buffer
     packed_copy, when not None, is what it multiplies by instead: a packed copy of a plain weight that another module
-    shares (a buffer, not an attribute, so that a trace reads it from the module: model.traced_step)."""
+    shares (a buffer, not an attribute, so that a trace reads it from the module: model.kernels.traced_step)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = fixed_in_trace(x.numel() // x.shape[-1])

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..architecture import Architecture, ModelConfig, Positions
+from ...errors import CheckpointError
+from ...network.architecture import Architecture, ModelConfig, Positions
 from ..config import read_json
-from ..errors import CheckpointError
 from . import layout
 from .base import Family, TokenizerJson, read_tokenizer_config
 from .language_tokens import LanguageTokenTokenizer, SentencePieceVocab, listed_language_codes

@@ -13,7 +13,7 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
                                     RevisionNotFoundError)
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 CONFIGS = ["config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
            "added_tokens.json", "tokenizer.json", "vocab.json", "merges.txt", "*.spm", "spiece.model",

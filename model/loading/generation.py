@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .architecture import ModelConfig
+from ..decoding.search import START_TOKENS, DecodeParams, new_tokens_within
+from ..errors import CheckpointError
+from ..network.architecture import ModelConfig
 from .config import first_id, read_json
-from .errors import CheckpointError
-from .search import START_TOKENS, DecodeParams, new_tokens_within
 
 DEFAULT_MAX_NEW_TOKENS = 256
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ...errors import CheckpointError
 from . import bart, m2m100, marian, mbart, t5
 from .base import Family, Languages, Tokenizer
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from ..architecture import Architecture, ModelConfig, Positions
-from ..errors import CheckpointError
+from ...errors import CheckpointError
+from ...network.architecture import Architecture, ModelConfig, Positions
 from . import layout
 from .base import Family, Languages, PiecesTokenizer, TokenizerJson, read_tokenizer_config
 

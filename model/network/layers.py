@@ -24,7 +24,7 @@ ACTIVATION_FNS = {
 
 
 def _one_position(t: int) -> bool:
-    """t == 1, for the shortcuts below; a trace (model.traced_step) takes their general paths, right for any t."""
+    """t == 1, for the shortcuts below; a trace (kernels.traced_step) takes their general paths, right for any t."""
     return not torch.jit.is_tracing() and t == 1
 
 
@@ -68,7 +68,7 @@ def attended_length(length: int, head_dim: int) -> int:
 
 def fixed_in_trace(size) -> int:
     """A size as a Python int. In a trace the size is a traced value and a choice made from it stays in the trace:
-    wanted where model.traced_step keeps a trace per choice, so the tracer's warning about it is not raised."""
+    wanted where model.kernels.traced_step keeps a trace per choice, so the tracer's warning about it is not raised."""
     if torch.jit.is_tracing():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)

@@ -6,7 +6,7 @@ an encoder batch (on an H100, the output projections differ at every row count f
 input from 63 rows: `python -m loadtests.gpu_invariance`). Every Linear of a GPU model therefore multiplies a fixed
 number of rows at a time, the last block padded with zero rows: cuBLAS sees one shape per weight whatever the batch,
 and a row's numbers depend on that row alone. The decoder step's weights take DECODER_ROWS (its smallest CUDA-graph
-bucket, so its products need no padding: model.static_step); the encoder's and the cross-attention memory
+bucket, so its products need no padding: model.kernels.static_step); the encoder's and the cross-attention memory
 projections, which see every token of the sources, ENCODER_ROWS, so that a batch of sources takes few products.
 """
 

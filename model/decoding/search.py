@@ -53,7 +53,7 @@ class DecodeParams:
     forced_eos_token_id: int | None = None
     repetition_penalty: float = 1.0  # scores of tokens already in the decoder input: × it if < 0, else ÷ it
     no_repeat_ngram_size: int = 0  # an n-gram of the decoder input (start token included) never occurs twice
-    # token sequences every returned hypothesis contains (a glossary's target terms): model.constrained's search
+    # token sequences every returned hypothesis contains (a glossary's target terms): the constrained search
     constraints: tuple[tuple[int, ...], ...] = ()
     # where each may begin: the word of each source token (-1: a special token) and, per constraint, the source
     # words of its source term; a constraint begins only where the decoder attends to its source term most
@@ -84,7 +84,7 @@ class DecodeParams:
     @functools.cached_property  # read for every row at every step
     def rows(self) -> int:
         """Cache rows a sequence takes: its beams, and with constraints one more per constraint token (a row for each
-        count of constraint tokens met, model.constrained), up to CONSTRAINT_ROWS."""
+        count of constraint tokens met, model.decoding.constrained), up to CONSTRAINT_ROWS."""
         return self.num_beams + min(sum(map(len, self.constraints)), CONSTRAINT_ROWS)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..architecture import Architecture, ModelConfig, Positions
+from ...errors import CheckpointError
+from ...network.architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
-from ..errors import CheckpointError
 from .base import (Family, Languages, PiecesTokenizer, TokenizerJson, load_spm, read_tokenizer_config,
                    sentencepiece_bytes, special_token_pattern)
 from .layout import Parts, add_parts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 
 def first_id(value):

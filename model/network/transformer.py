@@ -83,7 +83,7 @@ class Seq2SeqTransformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.decoder_embed.weight
         self.dropout = optional_dropout(dropout)
-        self.traced = None  # model.traced_step.Traced: the stacks below traced, once the weights are final
+        self.traced = None  # model.kernels.traced_step.Traced: the stacks below traced, once the weights are final
 
     @property
     def _stacks(self):
@@ -124,7 +124,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def encoder_stack(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
         """The encoder layers and final norm over embedded sources x (B, S, D) → (B, S, D). Traced like
-        decoder_stack (model.traced_step)."""
+        decoder_stack (model.kernels.traced_step)."""
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
@@ -224,7 +224,7 @@ class Seq2SeqTransformer(nn.Module):
         layer's cross-attention input (n, D), for alignment(). positions are indices into the target sequence
         (the cache slot; the start token is 0); the family's position embedding maps them. target_len =
         max(positions) + 1 and source_len = longest live source bound what attention reads. The layers run
-        traced where `traced` is set (model.traced_step), eagerly otherwise.
+        traced where `traced` is set (model.kernels.traced_step), eagerly otherwise.
         """
         inputs = self.step_inputs(cache, tokens, positions, target_len, source_len)
         return self._stacks.decoder_stack(*inputs)
@@ -242,7 +242,7 @@ class Seq2SeqTransformer(nn.Module):
         """The alignment layer's cross-attention weights in the step that gave `queried` (decode_step's second
         output (n, D), here (G, R, D): R rows reading each of G sources), averaged over heads → (G, R, source_len);
         source_rows (G,): a cache row holding each source. In float64: the sums' order changes with source_len
-        and the rows beside, and a row's word with the most attention (model.constrained) must not change with
+        and the rows beside, and a row's word with the most attention (model.decoding.constrained) must not change with
         them."""
         layer = self.alignment_layer
         keys = cache.cross_k[layer].index_select(0, source_rows)[:, :, :source_len]  # (G, H, S, Dh)
@@ -273,7 +273,7 @@ class Seq2SeqTransformer(nn.Module):
         masks, the cache's views 4 × (L, n, H, T or S, Dh) (this step's keys and values are written into the
         self-attention ones at `positions`) → logits (n, V) and the alignment layer's cross-attention input
         (n, D). No Python branch here depends on n, T or S, so a trace of it serves every shape
-        (model.traced_step)."""
+        (model.kernels.traced_step)."""
         rows = torch.arange(x.shape[0], device=x.device)
         queried = x
         for i, (layer, k_cache, v_cache, k_cross, v_cross) in enumerate(zip(

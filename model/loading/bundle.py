@@ -13,47 +13,30 @@ from typing import Callable, Sequence
 
 import torch
 
-from .architecture import ModelConfig
+from ..decoding.search import DecodeParams
+from ..decoding.source import Source
+from ..errors import CheckpointError
+from ..kernels.cpu_memory import keep_freed_memory
+from ..kernels.dtypes import DTYPES, resolve_dtype
+from ..kernels.traced_step import trace_stacks
+from ..network.architecture import ModelConfig
+from ..network.transformer import Seq2SeqTransformer
+from ..text.languages import ConflictingTarget, UnsupportedLanguage, match_language
+from . import hub
 from .checkpoint import load_network
 from .config import read_json
-from .cpu_memory import keep_freed_memory
-from .dtypes import DTYPES, resolve_dtype
-from .errors import CheckpointError
-from . import hub
 from .families import Family, Languages, Tokenizer, family_for
 from .generation import read_generation_defaults
-from .languages import ConflictingTarget, UnsupportedLanguage, match_language
-from .search import DecodeParams
-from .traced_step import trace_stacks
-from .transformer import Seq2SeqTransformer
 
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "seed")
 
 
 def demo_model_dir() -> Path:
     """The embedded demo checkpoint shipped inside the package."""
-    path = Path(__file__).parent / "demo" / "checkpoint"
+    path = Path(__file__).parents[1] / "demo" / "checkpoint"
     if not (path / "config.json").exists():
         raise CheckpointError(f"{path}: the embedded demo model is missing; pass a model directory")
     return path
-
-
-@dataclass(frozen=True)
-class Source:
-    """One text ready for the engine: encoder ids, the token forced first (the target language), if any, and the
-    target-id sequences its translation must contain (a glossary's terms: DecodeParams.constraints) with where
-    each may begin (model.glossary.with_glossary)."""
-
-    ids: list[int]
-    forced_bos: int | None
-    constraints: tuple[tuple[int, ...], ...] = ()
-    source_words: tuple[int, ...] = ()
-    constraint_words: tuple[tuple[int, ...], ...] = ()
-
-    def decode_params(self, params: DecodeParams) -> DecodeParams:
-        """`params` for decoding this source: its forced first token and its constraints."""
-        return replace(params, forced_bos_token_id=self.forced_bos, constraints=self.constraints,
-                       source_words=self.source_words, constraint_words=self.constraint_words)
 
 
 @dataclass
@@ -66,7 +49,7 @@ class ModelBundle:
     generation: DecodeParams  # the checkpoint's generation defaults
     normalize: Callable[[str], str] | None = None  # Moses punctuation normalization, opt-in
     chat_template: str | None = None  # tokenizer_config.json's Jinja template of a conversation, if it has one
-    dtype: str = "float32"  # the number format the weights run in (model.dtypes; `auto` resolved)
+    dtype: str = "float32"  # the number format the weights run in (model.kernels.dtypes; `auto` resolved)
 
     @property
     def languages(self) -> Languages:
@@ -147,11 +130,11 @@ def _read_model_config(model_dir: Path) -> tuple[Family, ModelConfig]:
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
          normalize_punctuation: bool = False, weights: bool = True, pack_tied_output: bool = True,
          traced: bool = True) -> ModelBundle:
-    """A checkpoint directory or a Hub repo id (model.hub; None: the embedded demo model) → ModelBundle.
+    """A checkpoint directory or a Hub repo id (model.loading.hub; None: the embedded demo model) → ModelBundle.
     weights=False loads only the tokenizer and configs (network None), to describe a model without its memory.
     pack_tied_output (float32 and bfloat16 on the CPU): an output projection tied to the embeddings multiplies by a packed copy
     of them (faster steps, one more vocabulary × d_model matrix in memory).
-    traced (on the CPU): the encoder and decoder steps run traced (model.traced_step). dtype: model.dtypes
+    traced (on the CPU): the encoder and decoder steps run traced (kernels.traced_step). dtype: kernels.dtypes
     (`auto` picks for the device)."""
     model_dir = hub.model_dir(path) if path is not None else demo_model_dir()
     dtype = resolve_dtype(dtype, device)

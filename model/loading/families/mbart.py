@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..architecture import Architecture, ModelConfig, Positions
-from ..errors import CheckpointError
+from ...errors import CheckpointError
+from ...network.architecture import Architecture, ModelConfig, Positions
 from . import layout
 from .base import Family, TokenizerJson, read_tokenizer_config
 from .language_tokens import LanguageTokenTokenizer, listed_language_codes

@@ -21,15 +21,15 @@ from safetensors import safe_open
 from torch import nn
 from safetensors.torch import save_file
 
-from .architecture import ModelConfig
+from ..errors import CheckpointError
+from ..kernels.cpu_kernels import use_onednn_linears
+from ..kernels.cpu_memory import forget_mapped_pages
+from ..kernels.cuda_kernels import use_fixed_row_products
+from ..kernels.quantize import Int8Rows, quantize_in_blocks, quantize_linears
+from ..network.architecture import ModelConfig
+from ..network.transformer import Seq2SeqTransformer
 from .config import read_json
-from .cpu_kernels import use_onednn_linears
-from .cuda_kernels import use_fixed_row_products
-from .cpu_memory import forget_mapped_pages
-from .errors import CheckpointError
 from .families.layout import OUTPUT_BIAS, Parts
-from .quantize import Int8Rows, quantize_in_blocks, quantize_linears
-from .transformer import Seq2SeqTransformer
 
 # The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
 # shards named by an index (its weight_map: tensor name → shard file).
@@ -185,11 +185,11 @@ def without_random_init():
 def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored: tuple[str, ...],
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  pack_tied_output: bool = True, int8: bool = False) -> Seq2SeqTransformer:
-    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.cpu_kernels), a tied output
+    """The network of a checkpoint; float32 on the CPU with oneDNN Linears (model.kernels.cpu_kernels), a tied output
     projection with its own packed copy of the embedding matrix when pack_tied_output. int8 (a
     float32 model on the CPU): the output projection first, a block of rows at a time (an untied one as its rows are
     read, a tied one from the embeddings), then each encoder and decoder layer as soon as its weights are in
-    (model.quantize), so the float32 model never exists whole."""
+    (model.kernels.quantize), so the float32 model never exists whole."""
     path, files = weight_files(model_dir)
     shapes = tensor_shapes(files)
     with without_random_init():

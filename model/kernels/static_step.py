@@ -21,8 +21,8 @@ import time
 
 import torch
 
+from ..network.kv_cache import KVCache
 from .cuda_kernels import DECODER_ROWS
-from .kv_cache import KVCache
 
 log = logging.getLogger(__name__)
 
