@@ -22,6 +22,7 @@ from tqdm import tqdm
 from .alignment import AlignmentInput, word_alignments
 from .errors import CheckpointError
 from .kernels.dtypes import CHOICES
+from .kernels.isa import instruction_sets
 from .text import read_file, translate_texts
 from .text.languages import iso_code
 from .translator import Translator
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                 normalize_punctuation=args.normalize_punctuation)
         if args.dtype == "auto":
-            print(f"dtype: {translator.bundle.dtype} (auto on {args.device})", file=sys.stderr)
+            on = instruction_sets() if translator.bundle.network.device.type == "cpu" else args.device
+            print(f"dtype: {translator.bundle.dtype} (auto on {on})", file=sys.stderr)
         suffix = Path(args.input or "").suffix.lower()
         if suffix in DOCUMENT_SUFFIXES:
             return translate_document(translator, args, suffix)

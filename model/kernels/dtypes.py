@@ -1,22 +1,25 @@
 """Where a model runs and in which number format: what `auto` picks for the device and the dtype.
 
-bfloat16 on a CPU pays only where the CPU multiplies bfloat16 in hardware (AVX512-BF16: AMD Zen 4 and later, Intel
-Cooper Lake; AMX-BF16: Intel Sapphire Rapids and later): oneDNN then runs its products at about twice float32's
-throughput and a step reads half the weight bytes. Elsewhere oneDNN emulates it, slower than float32. float16 is for
-GPUs only: the CPU has no fast float16 products, and T5's activations overflow it.
+On a CPU the choice follows what oneDNN may use in this process (isa: the CPU's instruction sets, capped by
+ONEDNN_MAX_CPU_ISA), not the CPU's flags alone, since the kernels follow the cap. bfloat16 is the default only with
+AMX: with AVX512-BF16 alone its products are native, yet a loaded server's steps ran slower than in float32
+(loadtests/README.md, "Number formats per instruction set"), and below that oneDNN emulates it or cannot pack it.
+float16 is for GPUs only: the CPU has no fast float16 products, and T5's activations overflow it.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import isa
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CHOICES = ("auto", *DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
 
 
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX-BF16)."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+def bfloat16_by_default() -> bool:
+    """Whether `auto` picks bfloat16 on this CPU: where oneDNN may use AMX."""
+    return isa.at_least("AVX512_CORE_AMX")
 
 
 def resolve_placement(device: str, dtype: str) -> tuple[str, str]:
@@ -28,15 +31,19 @@ def resolve_placement(device: str, dtype: str) -> tuple[str, str]:
 
 
 def resolve_dtype(dtype: str, device: str | torch.device) -> str:
-    """`dtype` as a model loads it on `device`: `auto` is float16 on a GPU, bfloat16 on a CPU with native bfloat16
-    and float32 on any other; an explicit choice stays, but float16 and int8 are refused where they cannot run."""
+    """`dtype` as a model loads it on `device`: `auto` is float16 on a GPU, bfloat16 on a CPU with AMX and float32 on
+    any other; an explicit choice stays, but a format the device (or this process's kernels) cannot run is refused
+    with a line that says why."""
     if dtype not in CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(CHOICES)}, got {dtype!r}")
     on_cpu = torch.device(device).type == "cpu"
     if dtype == "auto":
-        return "float16" if not on_cpu else "bfloat16" if native_bfloat16() else "float32"
+        return "float16" if not on_cpu else "bfloat16" if bfloat16_by_default() else "float32"
     if dtype == "float16" and on_cpu:
         raise ValueError("dtype float16 runs on a GPU only; on the CPU use bfloat16, float32 or int8")
     if dtype == "int8" and not on_cpu:
         raise ValueError("dtype int8 runs on the CPU only; on a GPU use float16 or bfloat16")
+    if dtype == "bfloat16" and on_cpu and not isa.bfloat16_packs():
+        raise ValueError(f"dtype bfloat16 needs AVX-512 (BW, VL, DQ) on the CPU, and this process may use "
+                         f"{isa.instruction_sets()}; use float32 or int8")
     return dtype

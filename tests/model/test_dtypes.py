@@ -10,7 +10,7 @@ from server.settings import Settings
 
 @pytest.mark.parametrize("native, expected", [(True, "bfloat16"), (False, "float32")])
 def test_auto_picks_bfloat16_only_on_a_cpu_that_has_it(monkeypatch, native, expected):
-    monkeypatch.setattr(dtypes, "native_bfloat16", lambda: native)
+    monkeypatch.setattr(dtypes, "bfloat16_by_default", lambda: native)
     assert resolve_dtype("auto", "cpu") == expected
     assert resolve_dtype("auto", "cuda") == "float16"
     assert resolve_dtype("float32", "cpu") == "float32"  # an explicit choice wins
