@@ -1,11 +1,17 @@
 """Decoding entries through one running batch, as the engine does, recording what each row saw: the oracle of the
 tests that hold a sequence in a busy batch to itself alone (batch invariance, constrained search)."""
 
+import random
 from functools import partial
 
 import torch
+from marian_fixtures import WORDS_EN
 
 from model import BatchDecoder, DecodeParams
+from model.kernels.cpu_kernels import use_onednn_linears
+from model.kernels.quantize import quantize_in_blocks
+
+ROW_COUNTS = (2, 3, 4, 5, 8, 16, 63, 64, 65, 128, 256)
 
 
 def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, max_new_tokens: int,
@@ -59,3 +65,30 @@ def differences(network, ids: list[list[int]], params, static_shapes: bool = Fal
     return sorted(key for key, (results, steps) in together.items()
                   if results != alone[key][0] or len(steps) != len(alone[key][1])
                   or not all(map(torch.equal, steps, alone[key][1])))
+
+
+def sources(bundle, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    languages = bundle.resolve_languages(None, None, translating=False)
+    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(count)]
+    return [bundle.source(text, *languages).ids for text in texts]
+
+
+def assert_rows_invariant(op, rows: torch.Tensor, seed: int = 0) -> None:
+    """op over each row alone equals op over that row inside M rows (ROW_COUNTS) at a random position, beside
+    rows 100× larger: bit for bit."""
+    generator = torch.Generator().manual_seed(seed)
+    for m in ROW_COUNTS:
+        for r in torch.randint(0, len(rows), (3,), generator=generator).tolist():
+            batch = rows[torch.randint(0, len(rows), (m,), generator=generator)] * 100
+            at = int(torch.randint(0, m, (1,), generator=generator))
+            batch[at] = rows[r]
+            assert torch.equal(op(batch)[at], op(rows[r:r + 1])[0]), f"row {r} inside {m} rows at {at}"
+
+
+def linear(dtype: str, d_in: int, d_out: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(d_in, d_out)
+    if dtype == "int8":
+        return quantize_in_blocks(layer)
+    return use_onednn_linears(torch.nn.Sequential(layer.to(getattr(torch, dtype))))[0]

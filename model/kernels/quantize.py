@@ -6,6 +6,10 @@ rounding depends on that row alone, and the int8 × int8 product accumulates exa
 same whatever else is in its step (batch invariance; torch's dynamically quantized Linear scales a whole step's
 activations by their largest value, so one sequence's numbers moved with its neighbours'). Embeddings stay float.
 
+Activations go to oneDNN as u8 with a zero point (the value plus `limit`), which every x86 kernel multiplies by s8
+weights natively (s8 × s8 sends CPUs without AMX to oneDNN's reference kernel). Where the CPU has no VNNI the kernel
+sums pairs of products in 16 bits, so there activations keep to 7 bits (isa.int8_activation_range): still exact.
+
 Each Linear is replaced by its int8 one as the checkpoint's layers come in (load_network), so the float32 model
 never exists whole. A matrix is quantized a block of rows at a time (Int8Rows): the output projection (a vocabulary
 × d_model matrix) is quantized first, an untied one as its rows are read, a tied one from the embeddings, which
@@ -19,24 +23,37 @@ from typing import List, Optional, Union
 import torch
 from torch import nn
 
+from . import isa
 from .cpu_memory import release_freed_memory
 
 INT8_MAX = 127  # symmetric: -127..127, so that a value and its negation round alike
 _TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: its values stay 0
 
 
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(x: torch.Tensor, limit: int = INT8_MAX) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) float32 → int8 values (M, K) and float32 scales (M, 1), x ≈ values · scales: each row on a scale of
-    its own, its largest magnitude at INT8_MAX."""
-    scales = x.abs().amax(-1, keepdim=True).clamp_min(_TINY) / INT8_MAX
+    its own, its largest magnitude at `limit`."""
+    scales = _row_scales(x, limit)
     return torch.round(x / scales).to(torch.int8), scales
+
+
+def shifted_rows(x: torch.Tensor, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows' values plus `limit`, as u8 (M, K) in 0..2·limit, and their scales (M, 1): an activation as
+    oneDNN's u8 × s8 kernels take it, with `limit` as its zero point."""
+    scales = _row_scales(x, limit)
+    return torch.round(x / scales).add_(limit).to(torch.uint8), scales
+
+
+def _row_scales(x: torch.Tensor, limit: int) -> torch.Tensor:
+    return x.abs().amax(-1, keepdim=True).clamp_min(_TINY) / limit
 
 
 class Int8Linear(nn.Module):
     """y = x·Wᵀ + b with W held as int8 values and a scale per output channel; x rounded to int8 per row
-    (quantize_rows), multiplied in int8 with int32 sums (exact, so a row's sums do not depend on the kernel's
-    blocking or on the other rows), then scaled back to float32. The product is oneDNN's, on the weight reordered
-    once for it (torch._int_mm reorders it on every call: twice as slow at one row)."""
+    (shifted_rows, within the range this process's kernels sum exactly), multiplied in int8 with int32 sums (exact,
+    so a row's sums do not depend on the kernel's blocking or on the other rows), then scaled back to float32. The
+    product is oneDNN's, on the weight reordered once for it (torch._int_mm reorders it on every call: twice as slow
+    at one row)."""
 
     def __init__(self, values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
@@ -45,22 +62,25 @@ class Int8Linear(nn.Module):
         self.register_buffer("scales", scales.float())  # (out,)
         self.register_buffer("zero_points", torch.zeros(self.out_features, dtype=torch.long))  # symmetric
         self.register_buffer("bias", None if bias is None else bias.detach().float())  # (out,)
+        self.activation_limit = isa.int8_activation_range()  # the kernels' exact range, as oneDNN runs here
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        values, row_scales = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        y = _int8_product(values, self.packed, self.scales, self.zero_points).mul_(row_scales)  # (M, out)
+        values, row_scales = shifted_rows(x.reshape(-1, self.in_features), self.activation_limit)  # (M, in), (M, 1)
+        y = _int8_product(values, self.activation_limit, self.packed, self.scales, self.zero_points)
+        y.mul_(row_scales)  # (M, out)
         if self.bias is not None:
             y.add_(self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
 
 @torch.jit.script
-def _int8_product(values: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+def _int8_product(values: torch.Tensor, zero_point: int, packed: torch.Tensor, scales: torch.Tensor,
                   zero_points: torch.Tensor) -> torch.Tensor:
-    """int8 rows (M, in) times the packed weight → float32 (M, out), each int32 sum times its channel's scale.
+    """u8 rows (M, in) less their zero point, times the packed weight → float32 (M, out), each int32 sum times its
+    channel's scale.
     Scripted: the tracer takes no empty list of optional scalars from Python (as cpu_kernels._linear_pointwise)."""
     no_scalars: List[Optional[Union[int, float, complex]]] = []
-    return torch.ops.onednn.qlinear_pointwise(values, 1.0, 0, packed, scales, zero_points, None, 1.0, 0,
+    return torch.ops.onednn.qlinear_pointwise(values, 1.0, zero_point, packed, scales, zero_points, None, 1.0, 0,
                                               torch.float32, "none", no_scalars, "")
 
 

@@ -14,39 +14,24 @@ import random
 
 import pytest
 import torch
-from batch_decoding import decodings, differences
+from batch_decoding import ROW_COUNTS, assert_rows_invariant, decodings, differences, linear, sources
 from marian_fixtures import WORDS_EN, build_checkpoint
 
 from model import Translator, load
-from model.kernels import quantize
-from model.kernels.cpu_kernels import use_onednn_linears
+from model.kernels import isa, quantize
 from model.network.layers import RMSNorm, attended_length, attention
-from model.kernels.quantize import quantize_in_blocks
 
 pytestmark = pytest.mark.slow
 
-ROW_COUNTS = (2, 3, 4, 5, 8, 16, 63, 64, 65, 128, 256)
 DTYPES = ("float32", "bfloat16", "int8")
 
 
-def assert_rows_invariant(op, rows: torch.Tensor, seed: int = 0) -> None:
-    """op over each row alone equals op over that row inside M rows (ROW_COUNTS) at a random position, beside
-    rows 100× larger: bit for bit."""
-    generator = torch.Generator().manual_seed(seed)
-    for m in ROW_COUNTS:
-        for r in torch.randint(0, len(rows), (3,), generator=generator).tolist():
-            batch = rows[torch.randint(0, len(rows), (m,), generator=generator)] * 100
-            at = int(torch.randint(0, m, (1,), generator=generator))
-            batch[at] = rows[r]
-            assert torch.equal(op(batch)[at], op(rows[r:r + 1])[0]), f"row {r} inside {m} rows at {at}"
-
-
-def linear(dtype: str, d_in: int, d_out: int) -> torch.nn.Module:
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(d_in, d_out)
-    if dtype == "int8":
-        return quantize_in_blocks(layer)
-    return use_onednn_linears(torch.nn.Sequential(layer.to(getattr(torch, dtype))))[0]
+@pytest.fixture(autouse=True)
+def runnable_here(request):
+    """bfloat16 is refused where this process's kernels cannot pack it (under an AVX2 cap: test_instruction_sets)."""
+    params = getattr(request.node, "callspec", None)
+    if params and params.params.get("dtype") == "bfloat16" and not isa.bfloat16_packs():
+        pytest.skip(f"bfloat16 does not run on {isa.instruction_sets()}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -113,15 +98,6 @@ def every_checkpoint(checkpoints, family_checkpoints, text2text_checkpoints, wid
             **family_checkpoints, **text2text_checkpoints, "wide-marian": wide_checkpoint}
 
 
-def sources(bundle, count: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    languages = bundle.resolve_languages(None, None, translating=False)
-    texts = [" ".join(rng.choice(WORDS_EN) for _ in range(rng.randint(1, 14))) for _ in range(count)]
-    return [bundle.source(text, *languages).ids for text in texts]
-
-
-
-
 NEW_TOKENS = 10
 MODES = decodings(NEW_TOKENS)
 
@@ -139,11 +115,11 @@ def test_a_sources_decoding_does_not_depend_on_its_batch(every_checkpoint, name,
 def test_the_comparison_sees_per_tensor_int8_scales(checkpoint, monkeypatch):
     """Negative control: with one activation scale for a whole step (the largest value of every row, as torch's
     dynamic quantization scales), the same comparison finds sources whose decoding moved with their batch."""
-    def per_tensor(x):
-        scale = x.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny) / quantize.INT8_MAX
-        return torch.round(x / scale).to(torch.int8), scale.expand(x.shape[0], 1)
+    def per_tensor(x, limit):
+        scale = x.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny) / limit
+        return torch.round(x / scale).add_(limit).to(torch.uint8), scale.expand(x.shape[0], 1)
 
-    monkeypatch.setattr(quantize, "quantize_rows", per_tensor)
+    monkeypatch.setattr(quantize, "shifted_rows", per_tensor)
     bundle = load(checkpoint, dtype="int8", traced=False)
     assert differences(bundle.network, sources(bundle, 6, seed=0), MODES["greedy"])
 
