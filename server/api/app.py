@@ -13,19 +13,20 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..document_store import DocumentStore, LocalDocumentStore
+from ..document_store import DocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
+from ..stores import Store
 from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
-from .document_jobs import DocumentCalls, DocumentJobs
+from ..front.document_jobs import DocumentJobs
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
-from .access import Keys
-from .glossaries import Glossaries
+from ..front.access import Keys
+from ..front.glossaries import Glossaries
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,9 @@ def installed_version() -> str:
         return "unknown"
 
 
-def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None,
-               glossary_store: GlossaryStore | None = None, document_store: DocumentCalls | None = None) -> FastAPI:
+def create_app(provider: ModelProvider, settings: Settings, key_store: Store[KeyStore] | None = None,
+               glossary_store: Store[GlossaryStore] | None = None,
+               document_store: Store[DocumentStore] | None = None) -> FastAPI:
     """`key_store`, `glossary_store`: where the keys and their counts are, and the glossaries (default: the file
     settings.key_store names, for both); `document_store`: where the document jobs are (default: the folder
     settings.documents_path names)."""
@@ -56,8 +58,7 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
     keys = Keys(settings, key_store or KeyStore(settings.key_store))
     glossaries = Glossaries(glossary_store or GlossaryStore(settings.key_store), settings, keys)
-    documents = document_store or LocalDocumentStore(DocumentStore(settings.documents_path))
-    jobs = DocumentJobs(documents, provider, keys, settings)
+    jobs = DocumentJobs(document_store or DocumentStore(settings.documents_path), provider, keys, settings)
     app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
                                 glossaries, jobs)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)

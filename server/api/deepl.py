@@ -23,8 +23,8 @@ from ..front import dispatch
 from ..glossary_entries import Entries
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
-from .access import QuotaExceeded, characters
-from .served_languages import ServedLanguages, canonical, language_name
+from ..front.access import QuotaExceeded, characters
+from ..front.served_languages import ServedLanguages, canonical, language_name
 from .reading import Params, present, read_params, validated
 from .streaming import json_response, until_disconnect
 

@@ -1,4 +1,4 @@
-"""DeepL's document API over the document jobs (api.document_jobs), as the official `deepl` clients call it:
+"""DeepL's document API over the document jobs (front.document_jobs), as the official `deepl` clients call it:
 `POST /v2/document` (multipart: file, target_lang, source_lang?, formality?, glossary_id?, output_format?) →
 `{document_id, document_key}`; `POST /v2/document/{id}` with `{document_key}` → `{document_id, status,
 seconds_remaining?, billed_characters?, error_message?}`; `POST /v2/document/{id}/result` → the file once, then the
@@ -24,7 +24,7 @@ from .deepl import STYLE, caller, check_languages, glossary_terms, invalid, miss
 from .deps import served
 from .downloads import attachment
 from .reading import present, validated
-from .served_languages import canonical
+from ..front.served_languages import canonical
 
 router = STYLE.router()
 

@@ -16,11 +16,11 @@ from fastapi import Request
 from ..errors import ServerError, Unauthorized
 from ..front import ModelProvider
 from ..settings import Settings
-from .document_jobs import DocumentJobs
+from ..front.document_jobs import DocumentJobs
 from .downloads import Downloads
 from .errors import InvalidKey
-from .access import Keys
-from .glossaries import Glossaries
+from ..front.access import Keys
+from ..front.glossaries import Glossaries
 from .reading import Params
 
 

@@ -26,8 +26,8 @@ from ..front import dispatch
 from .deps import AppState, KeySending, caller_of, served
 from .downloads import attachment
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
-from .access import QuotaExceeded, characters
-from .served_languages import ServedLanguages, canonical, language_name
+from ..front.access import QuotaExceeded, characters
+from ..front.served_languages import ServedLanguages, canonical, language_name
 from .reading import present, read_params, validated
 from .streaming import json_response, until_disconnect
 

@@ -20,7 +20,7 @@ from .deps import AppState, authorize, caller, served
 from .downloads import attachment
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
-from .access import characters
+from ..front.access import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect

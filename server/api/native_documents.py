@@ -23,7 +23,7 @@ from ..front import dispatch
 from .deps import caller, served
 from .downloads import attachment
 from .native_glossaries import job_glossary, json_object
-from .served_languages import ServedLanguages
+from ..front.served_languages import ServedLanguages
 
 KEY_HEADER = "x-document-key"
 FIELD_LENGTH = 200  # characters of a form's text field (languages, a model's name)

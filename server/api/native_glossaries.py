@@ -16,7 +16,7 @@ from ..front.dispatch import is_auto
 from ..glossary_entries import Entries, from_mapping
 from ..glossary_store import Glossary
 from .deps import AppState, authorize, caller, served
-from .glossaries import base_language, creation_time
+from ..front.glossaries import base_language, creation_time
 from .reading import json_or_none
 
 

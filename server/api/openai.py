@@ -29,7 +29,7 @@ from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
 from ..front import dispatch
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
-from .access import QuotaExceeded, characters
+from ..front.access import QuotaExceeded, characters
 from .reading import read_params, validated
 from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
 

@@ -110,7 +110,7 @@ async def translate(provider: ModelProvider, job: TranslationJob, model: str | N
                     detect_missing: bool = True,
                     spending: AbstractAsyncContextManager = nullcontext()) -> TranslationResult:
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
-    `spending`: the caller's charge for the work (api.access.Keys.spending), entered once the limits hold."""
+    `spending`: the caller's charge for the work (front.access.Keys.spending), entered once the limits hold."""
     _check_count(provider.settings, len(job.texts))
     return await _translate(provider, job, model, detect_missing, spending)
 

@@ -13,8 +13,8 @@ from functools import lru_cache
 from langcodes import Language
 
 from ..domain import LanguageInfo, ModelInfo
-from ..front import ModelProvider
-from ..front.language_support import serves
+from .language_support import serves
+from .provider import ModelProvider
 
 # LibreTranslate's older codes (zh was Simplified Chinese, zt Traditional, pb Brazilian Portuguese); DeepL's ZH is
 # Simplified Chinese too. Without the alias, `zh` is ambiguous on a model with both scripts.
