@@ -109,6 +109,21 @@ class TooManyBeams(InvalidRequest):
         self.count, self.args = count, (count, limit)
 
 
+class TooManyRows(InvalidRequest):
+    """A sentence whose decoding rows (its beams, and the constraint rows its glossary terms add) are more than the
+    batch holds (max_batch_rows): the scheduler could never admit it."""
+
+    def __init__(self, beams: int, count: int, limit: int):
+        self.beams, self.count, self.limit = beams, count, limit
+        super().__init__(self.worded("num_beams"), field="num_beams", limit=limit)
+        self.args = (beams, count, limit)
+
+    def worded(self, knob: str) -> str:
+        """The message, the beams named as the request names them (`knob`)."""
+        return (f"{knob} {self.beams} with the glossary's terms needs {self.count} decoding rows; the batch has "
+                f"{self.limit} (max_batch_rows)")
+
+
 class TooManyTokens(InvalidRequest):
     """A token knob (`knob`: max_new_tokens or min_new_tokens, DecodeOptions' names) over the model's
     max_new_tokens."""
