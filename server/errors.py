@@ -64,6 +64,28 @@ class EngineFailed(ServerError):
     retry_after_s = 1
 
 
+# What the server serves, found by the front (front/served_languages.py, front/document_jobs.py, front/dispatch.py,
+# front/glossaries.py). The message is the native API's; each compatible API words them in its own error table.
+
+class LanguageNotServed(InvalidRequest):
+    """A language (`side` "source" or "target", as sent: `code`, None when missing) no served model has on that
+    side; `served`: the public codes served on it."""
+
+    def __init__(self, side: str, code: str | None, served: list[str]):
+        super().__init__(f"{side}_lang {code!r} is not served; served: {served}", field=f"{side}_lang")
+        self.side, self.code, self.served, self.args = side, code, served, (side, code, served)
+
+
+class UnsupportedFileType(BadBody):
+    """A document whose suffix is none of the kinds read (model.SUFFIXES)."""
+
+    def __init__(self, filename: str, suffix: str, supported: tuple[str, ...]):
+        super().__init__(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(supported)}",
+                         field="file")
+        self.filename, self.suffix, self.supported = filename, suffix, supported
+        self.args = (filename, suffix, supported)
+
+
 # A request over one of the server's limits, found by the front (front/dispatch.py checks each limit once; the
 # model-dependent ones in front/service.py). They hold what was counted, never an API's field names: each API words
 # them in its own error table. `args` are the constructor's, so they cross Ray and process pipes intact.
@@ -152,6 +174,15 @@ class GlossaryNotFound(ServerError):
     def __init__(self, field: str = "glossary_id"):
         super().__init__("Glossary not found", field=field)
         self.args = (field,)
+
+
+class GlossaryNeedsLanguage(InvalidRequest):
+    """A stored glossary named without the language (`knob`: source_lang or target_lang) that picks its dictionary."""
+
+    def __init__(self, knob: str):
+        super().__init__(f"{knob}: required with glossary_id (a glossary has a dictionary per language pair)",
+                         field=knob)
+        self.knob, self.args = knob, (knob,)
 
 
 class InvalidGlossary(InvalidRequest):

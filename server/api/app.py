@@ -16,17 +16,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..document_store import DocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
+from ..front.access import Keys
+from ..front.document_jobs import DocumentJobs
+from ..front.glossaries import Glossaries
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
 from ..stores import Store
 from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
-from ..front.document_jobs import DocumentJobs
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
-from ..front.access import Keys
-from ..front.glossaries import Glossaries
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,14 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters, TooManyGlossaries
+from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidRequest, LanguageNotServed, ServerError,
+                      TooManyCharacters, TooManyGlossaries, UnsupportedFileType)
 from ..front import dispatch
-from ..glossary_entries import Entries
-from .deps import AppState, KeySending, caller_of, served
-from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from ..front.access import QuotaExceeded, characters
-from ..front.served_languages import ServedLanguages, canonical, language_name
+from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
+from ..glossary_entries import Entries
+from .deps import KeySending, caller_of, served
+from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .reading import Params, present, read_params, validated
 from .streaming import json_response, until_disconnect
 
@@ -46,9 +47,23 @@ def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
                         limit=error.limit)
 
 
+def not_served(error: LanguageNotServed, names: Names) -> ServerError:
+    return InvalidRequest(f"Value for '{error.field}' not supported.", field=error.field)
+
+
+def file_type(error: UnsupportedFileType, names: Names) -> ServerError:
+    return InvalidRequest(invalid("file", f"the file type of {error.filename!r}; supported: "
+                                          f"{', '.join(error.supported)}"), field="file")
+
+
+def glossary_needs_source(error: GlossaryNeedsLanguage, names: Names) -> ServerError:
+    return InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")  # DeepL's target is always given
+
+
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
-                                                   InvalidKey: 403, QuotaExceeded: 456,
-                                                   TooManyGlossaries: 456})
+                                                   InvalidKey: 403, QuotaExceeded: 456, TooManyGlossaries: 456,
+                                                   LanguageNotServed: not_served, UnsupportedFileType: file_type,
+                                                   GlossaryNeedsLanguage: glossary_needs_source})
 router = STYLE.router()
 
 
@@ -129,13 +144,6 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguag
     return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
-def check_languages(state: AppState, source_lang: str | None, target_lang: str) -> None:
-    languages = ServedLanguages.of(state.provider)
-    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
-        if code and not languages.supports(code, name.partition("_")[0]):
-            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
-
-
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     """The caller, from the key as DeepL's clients send it, and the request's parameters."""
     params = await read_params(request)
@@ -148,8 +156,6 @@ async def glossary_terms(request: Request, who: str, glossary_id: str | None, so
     400 without source_lang or for a glossary without that language pair, 404 for one unknown to the caller's key."""
     if glossary_id is None:
         return ()
-    if not source_lang:
-        raise InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")
     glossaries = served(request).glossaries
     return await glossaries.terms(glossaries.owner(who), glossary_id, source_lang, target_lang)
 
@@ -163,7 +169,7 @@ async def translate(request: Request):
     form = validated(DeepLTranslateForm, data, missing, invalid)
     if len(form.text) > MAX_TEXTS:
         raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
-    check_languages(state, form.source_lang, form.target_lang)
+    check_served(state.provider, form.source_lang, form.target_lang)
     glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),

@@ -16,11 +16,11 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..errors import InvalidRequest, ServerError
+from ..front.glossaries import base_language, creation_time, language_pairs
 from ..glossary_entries import read, to_tsv
 from ..glossary_store import Glossary, NewDictionary
 from .deepl import STYLE, caller, missing
 from .deps import served
-from ..front.glossaries import base_language, creation_time, language_pairs
 from .reading import Params
 
 router = STYLE.router()

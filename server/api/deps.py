@@ -15,12 +15,12 @@ from fastapi import Request
 
 from ..errors import ServerError, Unauthorized
 from ..front import ModelProvider
-from ..settings import Settings
+from ..front.access import Keys
 from ..front.document_jobs import DocumentJobs
+from ..front.glossaries import Glossaries
+from ..settings import Settings
 from .downloads import Downloads
 from .errors import InvalidKey
-from ..front.access import Keys
-from ..front.glossaries import Glossaries
 from .reading import Params
 
 

@@ -14,13 +14,13 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo,
                       TranslationResult)
 from ..errors import ServerError
 from ..front import dispatch
+from ..front.access import characters
 from ..glossary_entries import Entries
 from . import native_documents
 from .deps import AppState, authorize, caller, served
 from .downloads import attachment
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
-from ..front.access import characters
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect

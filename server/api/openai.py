@@ -27,9 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..domain import DecodeOptions, GenerationJob, StreamEvent
 from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
 from ..front import dispatch
+from ..front.access import QuotaExceeded, characters
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
-from ..front.access import QuotaExceeded, characters
 from .reading import read_params, validated
 from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
 

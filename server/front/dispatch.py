@@ -27,7 +27,8 @@ from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_langu
 
 from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
                       TranslationJob, TranslationResult)
-from ..errors import BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts
+from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts,
+                      UnknownModel)
 from ..settings import Settings
 from .language_support import serves
 from .provider import ModelProvider, ServedModel
@@ -51,6 +52,12 @@ def _candidates(provider: ModelProvider, model: str | None, target_lang: str | N
     if target_lang is not None:
         return [info for info in infos if serves(info.codes("target"), target_lang, "target")] or infos[:1]
     return infos if everything else infos[:1]
+
+
+def check_model(provider: ModelProvider, model: str | None) -> None:
+    """A model named (None: the languages pick one) is served: UnknownModel otherwise."""
+    if model is not None and model not in {info.id for info in provider.models()}:
+        raise UnknownModel(f"model {model!r} is not served", field="model")
 
 
 def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:

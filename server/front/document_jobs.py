@@ -16,10 +16,10 @@ import logging
 import time
 from pathlib import PurePath
 
-from model import written_as
+from model import SUFFIXES, written_as
 
 from ..document_store import DocumentStore, Job
-from ..errors import InvalidRequest, ServerError
+from ..errors import InvalidRequest, ServerError, UnsupportedFileType
 from ..glossary_entries import Entries
 from ..settings import Settings
 from ..stores import Store
@@ -41,6 +41,13 @@ def output_suffix(suffix: str, asked: str | None) -> str:
         raise InvalidRequest(f"output_format {asked!r} is not available for a {suffix} document: it is written as "
                              f"{own}", field="output_format")
     return own
+
+
+def check_file_type(filename: str) -> None:
+    """A document's kind, by its suffix, one of those read (model.SUFFIXES): UnsupportedFileType otherwise."""
+    suffix = PurePath(filename).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UnsupportedFileType(filename, suffix, SUFFIXES)
 
 
 class DocumentNotFound(ServerError):

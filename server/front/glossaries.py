@@ -15,12 +15,13 @@ from typing import Sequence
 
 from model import iso_code
 
-from ..errors import GlossaryNotFound, InvalidRequest
+from ..errors import GlossaryNeedsLanguage, GlossaryNotFound, InvalidRequest
 from ..glossary_entries import Entries, EntryLimits, checked_name
 from ..glossary_store import Glossary, GlossaryStore, NewDictionary
 from ..settings import Settings
 from ..stores import Store
 from .access import Keys
+from .dispatch import is_auto
 from .provider import ModelProvider
 from .served_languages import ServedLanguages, canonical
 
@@ -105,7 +106,11 @@ class Glossaries:
 
     async def terms(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries:
         """The entries a job translating `source_lang` into `target_lang` keeps: the glossary's dictionary for that
-        pair (404 when the glossary is not the caller's; 400 naming glossary_id when it has no such dictionary)."""
+        pair (404 when the glossary is not the caller's; 400 naming glossary_id when it has no such dictionary). Both
+        languages are required, neither "auto": they pick the dictionary (GlossaryNeedsLanguage)."""
+        for knob, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+            if not code or is_auto(code):
+                raise GlossaryNeedsLanguage(knob)
         glossary = await self.get(owner, glossary_id)
         source, target = base_language(source_lang), base_language(target_lang)
         if not any((d.source_lang, d.target_lang) == (source, target) for d in glossary.dictionaries):
