@@ -13,7 +13,7 @@ from model import written_as
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                       TranslationResult)
 from ..errors import ServerError
-from ..front import dispatch
+from ..front import dispatch, generation
 from ..front.access import characters
 from ..glossary_entries import Entries
 from . import native_documents
@@ -23,7 +23,7 @@ from .errors import naming
 from .native_glossaries import job_glossary, json_object
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
-from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect
+from .streaming import DONE, event_response, json_response, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest, glossary: Entries = ()) -> TranslationJob:
@@ -119,24 +119,22 @@ async def translate_file(request: Request):
 
 async def generate(body: GenerateRequest, request: Request):
     state = served(request)
-    job = generation_job(body)
-    service = await dispatch.generator(state.provider, [job], body.model)
+    jobs, spending = [generation_job(body)], state.keys.spending(caller(request), characters([body.text]))
     if not body.stream:
         async def work():
-            async with state.keys.spending(caller(request), characters([body.text])):
-                return json_response(generate_response(await service.generate(job)))
+            result, = await generation.generate(state.provider, jobs, body.model, spending=spending)
+            return json_response(generate_response(result))
 
         return await until_disconnect(request, work())
-    async with state.keys.spending(caller(request), characters([body.text])):
-        events = await opened(service.generate_events(job))
-    return event_response(event_stream(events))
+    stream = await generation.stream(state.provider, jobs, body.model, spending=spending)
+    return event_response(event_stream(stream.events))
 
 
 async def event_stream(events):
     """/v1/generate's server-sent events: text pieces, then the finish reason and usage, then [DONE]; an error
     after the first event is sent as an event in the native error shape."""
     try:
-        async for event in events:
+        async for _, event in events:
             if event.finish_reason is None:
                 yield sse({"text": event.text})
             else:

@@ -24,14 +24,14 @@ from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..domain import DecodeOptions, GenerationJob, StreamEvent
+from ..domain import DecodeOptions, GenerationJob, GenerationResult, StreamEvent
 from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
-from ..front import dispatch
+from ..front import generation
 from ..front.access import QuotaExceeded, characters
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
 from .reading import read_params, validated
-from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
+from .streaming import DONE, event_response, sse, until_disconnect
 
 PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 BEARER = KeySending("bearer", None, "Incorrect API key provided: send Authorization: Bearer <key>")
@@ -161,15 +161,14 @@ def refuse_unsupported(params: dict[str, Any]) -> None:
             raise InvalidRequest(f"{name} is not supported by this server", field=name)
 
 
-def options(body: Knobs, max_tokens: int | None, sample: int) -> DecodeOptions:
-    """The decoding knobs of the `sample`-th choice of a prompt."""
+def options(body: Knobs, max_tokens: int | None) -> DecodeOptions:
+    """The decoding knobs of a prompt's choices (front.generation seeds each choice apart)."""
     if body.temperature == 0:
         if body.n > 1:
             raise InvalidRequest("n > 1 draws n samples: temperature must be above 0", field="n")
         return DecodeOptions(max_new_tokens=max_tokens, num_beams=1)  # greedy
     temperature = body.temperature if body.temperature is not None or body.n == 1 else 1.0
-    seed = None if body.seed is None else (body.seed + sample) % 2**63
-    return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=seed)
+    return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=body.seed)
 
 
 def token_limit(body: Knobs) -> tuple[str, int | None]:
@@ -178,13 +177,12 @@ def token_limit(body: Knobs) -> tuple[str, int | None]:
                  if getattr(body, name, None)), ("max_tokens", None))
 
 
-def jobs(body: Knobs, texts: list[str], fields: list[str], samples: int) -> list[GenerationJob]:
-    """`samples` jobs per prompt, prompt by prompt (the n choices of each)."""
+def jobs(body: Knobs, texts: list[str], fields: list[str]) -> list[GenerationJob]:
+    """One job per prompt (front.generation makes its n choices)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     max_tokens = token_limit(body)[1]
-    return [GenerationJob(text=text, options=options(body, max_tokens, sample), stop=stop,
-                          source_lang=body.source_lang, target_lang=body.target_lang, field=name)
-            for text, name in zip(texts, fields) for sample in range(samples)]
+    return [GenerationJob(text=text, options=options(body, max_tokens), stop=stop, source_lang=body.source_lang,
+                          target_lang=body.target_lang, field=name) for text, name in zip(texts, fields)]
 
 
 async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
@@ -222,29 +220,25 @@ async def chat_completions(request: Request):
 async def answer(request: Request, state: AppState, who: str, shape: Shape, body: Knobs, texts: list[str],
                  fields: list[str]):
     """Every choice's events merged into one stream: folded into one answer, or sent as chunks."""
-    # the limits hold for the prompts and n before the n jobs of each prompt are made
-    service = await dispatch.generator(state.provider, jobs(body, texts, fields, 1), body.model, per_text=body.n)
-    choices = jobs(body, texts, fields, body.n)
-    head = {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
-            "model": service.name}
+    prompts, spending = jobs(body, texts, fields), state.keys.spending(who, characters(texts))
     if not body.stream:
         async def work():
-            async with state.keys.spending(who, characters(texts)):
-                outputs, finals = [""] * len(choices), [None] * len(choices)
-                async for index, event in merged([service.generate_events(job) for job in choices]):
-                    outputs[index] += event.text
-                    if event.finish_reason:
-                        finals[index] = event
-            return JSONResponse({**head, "usage": usage(finals, body.n), "choices": [
-                {"index": i, **shape.whole(text), "finish_reason": finish_reason(final), "logprobs": None}
-                for i, (text, final) in enumerate(zip(outputs, finals))]})
+            results = await generation.generate(state.provider, prompts, body.model, body.n, spending)
+            return JSONResponse({**answer_head(shape, results[0].model), "usage": usage(results, body.n), "choices": [
+                {"index": i, **shape.whole(result.text), "finish_reason": finish_reason(result), "logprobs": None}
+                for i, result in enumerate(results)]})
 
         return await until_disconnect(request, work())
-    async with state.keys.spending(who, characters(texts)):
-        events = await opened(merged([service.generate_events(job) for job in choices]))
+    stream = await generation.stream(state.provider, prompts, body.model, body.n, spending)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return event_response(chunks({**head, "object": shape.chunk_object}, shape, events, len(choices), body.n,
-                                 include_usage))
+    return event_response(chunks({**answer_head(shape, stream.model), "object": shape.chunk_object}, shape,
+                                 stream.events, len(prompts) * body.n, body.n, include_usage))
+
+
+def answer_head(shape: Shape, model: str) -> dict:
+    """What every answer and chunk of one request begins with."""
+    return {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
+            "model": model}
 
 
 async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_usage: bool):
@@ -274,11 +268,11 @@ async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_u
         await events.aclose()
 
 
-def finish_reason(final: StreamEvent) -> str:
+def finish_reason(final: StreamEvent | GenerationResult) -> str:
     return "length" if final.finish_reason == "length" else "stop"  # "eos" and a stop string alike
 
 
-def usage(finals: list[StreamEvent], n: int) -> dict:
+def usage(finals: list[StreamEvent] | list[GenerationResult], n: int) -> dict:
     """Prompt tokens once per prompt (its n choices share it), completion tokens of every choice."""
     prompt = sum(final.input_tokens for final in finals[::n])
     completion = sum(final.output_tokens for final in finals)

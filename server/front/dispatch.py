@@ -2,7 +2,7 @@
 
     result = await dispatch.translate(provider, job, model=None)
     ranked = dispatch.detect(provider, "Guten Tag", target_lang="en")
-    served = await dispatch.generator(provider, jobs, model=None)
+    results = await generation.generate(provider, jobs, model=None)   # front/generation.py: generation's door
 
 Every request's limits are checked here, once, before any work or charge: the number of texts, the request's
 characters, each text's characters, the beams (front/service.py checks what depends on the model: its token limits,
@@ -32,6 +32,7 @@ from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyC
 from ..settings import Settings
 from .language_support import serves
 from .provider import ModelProvider, ServedModel
+from .streams import all_or_none
 
 AUTO = "auto"
 
@@ -178,12 +179,7 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
                        source_lang=language)
         return await (await provider.get(model, language, job.target_lang)).translate(part)
 
-    tasks = [asyncio.ensure_future(run(language, indices)) for language, indices in groups.items()]
-    try:
-        results = await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:  # one group failed: the others stop too
-            task.cancel()
+    results = await all_or_none([run(language, indices) for language, indices in groups.items()])
     texts: list[TranslatedText | None] = [None] * len(job.texts)
     for indices, result in zip(groups.values(), results):
         for i, translated in zip(indices, result.texts):

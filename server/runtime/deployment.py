@@ -96,9 +96,9 @@ class ModelServer:
         self.load = serve.multiplexed(max_num_models_per_replica=settings.max_models_per_replica)(load)
 
     def __serve_build_asgi_app__(self):
-        key_store = self.settings.key_store
-        app = create_app(ReplicaModels(self), self.settings, head_store(KeyStore, key_store),
-                         head_store(GlossaryStore, key_store), head_store(DocumentStore, str(self.settings.documents_path)))
+        keys, documents = self.settings.key_store, str(self.settings.documents_path)
+        app = create_app(ReplicaModels(self), self.settings, head_store(KeyStore, keys),
+                         head_store(GlossaryStore, keys), head_store(DocumentStore, documents))
         if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
             server = uvicorn_server(app, self.settings, lifespan="off")
             sock = reuseport_socket(self.settings.host, self.settings.port)

@@ -14,10 +14,10 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from ..api.streaming import opened
 from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull, ServerError
 from ..front import ModelService
+from ..front.streams import opened
 from .local import RegisteredModels
 from .replica_lost import ReplicaLost, once_more_if_lost
 

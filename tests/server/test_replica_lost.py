@@ -8,7 +8,7 @@ import contextlib
 import httpx
 import pytest
 
-from server.api.streaming import opened
+from server.front.streams import opened
 from server.runtime.replica_lost import ReplicaLost, RetryLostReplica, once_more_if_lost
 
 
