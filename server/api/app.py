@@ -28,6 +28,7 @@ from .deps import AppState, served
 from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
+from .resending import Resending
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,26 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: Store[Key
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    routers = [native.router(app.state.served), native_glossaries.router(app.state.served), libretranslate.router,
-               deepl.router, deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
-               *([page.router()] if settings.ui else [])]
-    for router in routers:
+    included = routers(settings, keys.enforcing)
+    for router in included:
         app.include_router(router)
     app.router.on_startup += [dispatch.load_detection, jobs.start]
     app.router.on_shutdown.append(jobs.stop)
-    paths = {route.path for router in routers for route in router.routes}  # app.routes holds the routers
+    paths = {route.path for router in included for route in router.routes}  # app.routes holds the routers
     return app
+
+
+def routers(settings: Settings, guarded: bool) -> list[APIRouter]:
+    """Every API's routes, in the order they are matched; `guarded`: the native ones ask for the caller's key first
+    (keys or limits configured)."""
+    return [native.router(settings, guarded), native_glossaries.router(guarded), libretranslate.router, deepl.router,
+            deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
+            *([page.router()] if settings.ui else [])]
+
+
+def resending(settings: Settings) -> Resending:
+    """Which of the app's requests may be sent again after a lost replica (api.resending), for runtime.replica_lost."""
+    return Resending([route for router in routers(settings, guarded=False) for route in router.routes])
 
 
 async def server_error(request: Request, exc: ServerError):

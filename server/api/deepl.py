@@ -27,6 +27,7 @@ from ..glossary_entries import Entries
 from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
 from .reading import Params, present, read_params, validated
+from .resending import resendable
 from .streaming import json_response, until_disconnect
 
 MAX_TEXTS = 50  # DeepL's limit per request
@@ -161,6 +162,7 @@ async def glossary_terms(request: Request, who: str, glossary_id: str | None, so
 
 
 @router.post("/v2/translate", response_model=DeepLTranslateResponse)
+@resendable
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)
@@ -185,6 +187,7 @@ async def translate(request: Request):
 
 
 @router.api_route("/v2/languages", methods=["GET", "POST"], response_model=list[DeepLLanguage])
+@resendable
 async def languages(request: Request):
     state = served(request)
     _, params = await caller(request)
@@ -195,6 +198,7 @@ async def languages(request: Request):
 
 
 @router.api_route("/v2/usage", methods=["GET", "POST"])
+@resendable
 async def usage(request: Request):
     state = served(request)
     who, _ = await caller(request)

@@ -31,6 +31,7 @@ from .deps import KeySending, caller_of, served
 from .downloads import attachment
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .reading import present, read_params, validated
+from .resending import resendable
 from .streaming import json_response, until_disconnect
 
 PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/frontend/settings", "/health"})
@@ -138,6 +139,7 @@ def translate_response(result: TranslationResult, single: bool, auto: bool,
 
 
 @router.post("/translate", response_model=LibreTranslateResponse)
+@resendable
 async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
@@ -166,6 +168,7 @@ async def translate(request: Request):
 
 
 @router.post("/detect", response_model=list[Detection])
+@resendable
 async def detect(request: Request):
     state = served(request)
     params = await read_params(request)
@@ -178,6 +181,7 @@ async def detect(request: Request):
 
 
 @router.post("/translate_file", response_model=FileTranslated)
+@resendable
 async def translate_file(request: Request):
     """A multipart `file` translated as a document job, answered when it is done (as LibreTranslate answers): a URL
     to fetch it. The file is charged the characters of its text against the character quota."""
@@ -217,6 +221,7 @@ async def download_file(name: str, request: Request):
 
 
 @router.api_route("/languages", methods=["GET", "POST"], response_model=list[LibreLanguage])
+@resendable
 async def languages(request: Request):
     state = served(request)
     languages = ServedLanguages.of(state.provider)

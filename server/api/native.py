@@ -16,11 +16,13 @@ from ..errors import ServerError
 from ..front import dispatch, generation
 from ..front.access import characters
 from ..glossary_entries import Entries
+from ..settings import Settings
 from . import native_documents
-from .deps import AppState, authorize, caller, served
+from .deps import authorize, caller, served
 from .downloads import attachment
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
+from .resending import resendable
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
 from .streaming import DONE, event_response, json_response, sse, until_disconnect
@@ -166,19 +168,19 @@ def with_body(handler: Callable, schema: type) -> Callable:
     return endpoint
 
 
-def router(state: AppState) -> APIRouter:
-    """The /v1 routes, guarded by the caller's key where keys or limits are configured; made with the app, as the
-    request schemas carry this server's limits."""
-    TranslateBody, GenerateBody = request_schemas(state.settings)
-    routes = APIRouter(dependencies=[Depends(authorize)] if state.keys.enforcing else [])
-    routes.add_api_route("/v1/translate", with_body(translate, TranslateBody), methods=["POST"],
+def router(settings: Settings, guarded: bool) -> APIRouter:
+    """The /v1 routes, `guarded` by the caller's key (keys or limits configured); made with the app, as the request
+    schemas carry this server's limits."""
+    TranslateBody, GenerateBody = request_schemas(settings)
+    routes = APIRouter(dependencies=[Depends(authorize)] if guarded else [])
+    routes.add_api_route("/v1/translate", resendable(with_body(translate, TranslateBody)), methods=["POST"],
                          response_model=TranslateResponse, response_model_exclude_none=True)
-    routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
+    routes.add_api_route("/v1/translate/file", resendable(translate_file), methods=["POST"], response_class=Response,
                          openapi_extra=native_documents.form_schema("source_lang", "target_lang", "model",
                                                                     "glossary_id", "glossary"),
                          responses={200: {"content": {"application/octet-stream": {}}}})
     native_documents.add_routes(routes)
-    routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
+    routes.add_api_route("/v1/generate", resendable(with_body(generate, GenerateBody)), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
     routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)
     return routes

@@ -131,10 +131,10 @@ async def delete(glossary_id: str, request: Request):
     return Response(status_code=204)
 
 
-def router(state: AppState) -> APIRouter:
-    """The /v1/glossaries routes, guarded by the caller's key where keys or limits are configured."""
+def router(guarded: bool) -> APIRouter:
+    """The /v1/glossaries routes, `guarded` by the caller's key (keys or limits configured)."""
     routes = APIRouter(prefix="/v1/glossaries", tags=["glossaries"],
-                       dependencies=[Depends(authorize)] if state.keys.enforcing else [])
+                       dependencies=[Depends(authorize)] if guarded else [])
     routes.add_api_route("", create, methods=["POST"], response_model=GlossaryCard, status_code=201)
     routes.add_api_route("", list_glossaries, methods=["GET"], response_model=GlossaryList)
     routes.add_api_route("/{glossary_id}", get, methods=["GET"], response_model=GlossaryCard)

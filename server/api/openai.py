@@ -31,6 +31,7 @@ from ..front.access import QuotaExceeded, characters
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
 from .reading import read_params, validated
+from .resending import resendable
 from .streaming import DONE, event_response, sse, until_disconnect
 
 PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
@@ -196,6 +197,7 @@ async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
 
 
 @router.post("/v1/completions")
+@resendable
 async def completions(request: Request):
     state = served(request)
     who, body = await read(request, CompletionRequest)
@@ -208,6 +210,7 @@ async def completions(request: Request):
 
 
 @router.post("/v1/chat/completions")
+@resendable
 async def chat_completions(request: Request):
     state = served(request)
     who, body = await read(request, ChatRequest)

@@ -28,8 +28,15 @@ class Resending:
         self.routes = routes
 
     def allows(self, scope: dict) -> bool:
-        """Whether the request of `scope` (an ASGI HTTP scope) may be sent again: a read, or a route marked."""
+        """Whether the request of `scope` (an ASGI HTTP scope) may be sent again: a read, or one to a route marked.
+        The route is the one its path ends with, the longest: Serve's proxy sees the path under the application's
+        route prefix, which it does not know."""
         if scope["method"] in READS:
             return True
-        route = next((r for r in self.routes if r.matches(scope)[0] is Match.FULL), None)
-        return getattr(getattr(route, "endpoint", None), "resendable", False)
+        parts = scope["path"].split("/")
+        for start in range(1, len(parts)):
+            tail = {**scope, "path": "/" + "/".join(parts[start:]), "root_path": ""}
+            route = next((r for r in self.routes if r.matches(tail)[0] is Match.FULL), None)
+            if route is not None:
+                return getattr(route.endpoint, "resendable", False)
+        return False
