@@ -18,6 +18,7 @@ from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
 from ..front.access import Keys
 from ..front.document_jobs import DocumentJobs
+from ..front.downloads import Downloads
 from ..front.glossaries import Glossaries
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
@@ -25,7 +26,6 @@ from ..settings import Settings
 from ..stores import Store
 from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
-from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
 from .resending import Resending

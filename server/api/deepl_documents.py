@@ -22,8 +22,8 @@ from ..front.document_jobs import check_file_type
 from ..front.served_languages import canonical, check_served
 from .deepl import STYLE, caller, glossary_terms, invalid, missing
 from .deps import served
-from .downloads import attachment
 from .reading import present, validated
+from .streaming import attachment
 
 router = STYLE.router()
 

@@ -17,9 +17,9 @@ from ..errors import ServerError, Unauthorized
 from ..front import ModelProvider
 from ..front.access import Keys
 from ..front.document_jobs import DocumentJobs
+from ..front.downloads import Downloads
 from ..front.glossaries import Glossaries
 from ..settings import Settings
-from .downloads import Downloads
 from .errors import InvalidKey
 from .reading import Params
 

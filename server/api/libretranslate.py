@@ -28,11 +28,10 @@ from ..front.access import QuotaExceeded, characters
 from ..front.document_jobs import check_file_type
 from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
 from .deps import KeySending, caller_of, served
-from .downloads import attachment
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
 from .reading import present, read_params, validated
 from .resending import resendable
-from .streaming import json_response, until_disconnect
+from .streaming import attachment, json_response, until_disconnect
 
 PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/frontend/settings", "/health"})
 DOWNLOADS = "/download_file/"

@@ -19,13 +19,12 @@ from ..glossary_entries import Entries
 from ..settings import Settings
 from . import native_documents
 from .deps import authorize, caller, served
-from .downloads import attachment
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
 from .resending import resendable
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
-from .streaming import DONE, event_response, json_response, sse, until_disconnect
+from .streaming import DONE, attachment, event_response, json_response, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest, glossary: Entries = ()) -> TranslationJob:

@@ -22,8 +22,8 @@ from ..errors import BadBody, InvalidRequest
 from ..front import dispatch
 from ..front.served_languages import check_served
 from .deps import caller, served
-from .downloads import attachment
 from .native_glossaries import job_glossary, json_object
+from .streaming import attachment
 
 KEY_HEADER = "x-document-key"
 FIELD_LENGTH = 200  # characters of a form's text field (languages, a model's name)

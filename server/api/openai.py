@@ -1,4 +1,4 @@
-"""OpenAI's completions and chat completions, mapped onto /v1/generate's path (ModelService.generate_events): the
+"""OpenAI's completions and chat completions, mapped onto /v1/generate's path (front.generation): the
 official `openai` clients and the tools on top of them (LangChain, front-ends) work with base_url=<server>/v1.
 
 Each prompt (or, in chat, the conversation's text, see `chat_text`: the model's own template if it has one) is one

@@ -1,10 +1,12 @@
-"""Helpers every API router uses: cancel work when the client hangs up, server-sent events, one JSON answer."""
+"""Helpers every API router uses: cancel work when the client hangs up, server-sent events, one JSON answer, a file
+to save."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from typing import AsyncIterator
+from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -52,3 +54,9 @@ def event_response(events: AsyncIterator[str]) -> StreamingResponse:
 
 def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def attachment(content: bytes, filename: str, media_type: str = "application/octet-stream") -> Response:
+    """A file to save as `filename` (quoted: no quotes or line breaks reach the header)."""
+    return Response(content, media_type=media_type,
+                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}"})

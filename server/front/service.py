@@ -1,4 +1,4 @@
-"""One served model: validates and tokenizes domain jobs, submits them to its engine, assembles results."""
+"""One model this process holds: validates and tokenizes domain jobs, submits them to its engine, assembles results."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .decoding import decode_all
 
 
-class ModelService:
-    """`limits`: the server's settings limited to the model (registry.model_limits). `engine`: the model's engine,
-    in this process or in one of its own (`bundle` then needs no weights)."""
+class HeldModel:
+    """A model this process holds, with its engine (a ServedModel; runtime.forwarding.RemoteModel is one another
+    replica holds). `limits`: the server's settings limited to the model (registry.model_limits). `engine`: the
+    model's engine, in this process or in one of its own (`bundle` then needs no weights)."""
 
     def __init__(self, name: str, bundle: ModelBundle, limits: Settings, engine: EngineHandle):
         self.name, self.bundle, self.settings, self.engine = name, bundle, limits, engine

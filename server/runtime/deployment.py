@@ -36,7 +36,7 @@ from ..api import create_app
 from ..document_store import DocumentStore
 from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull
-from ..front import ModelRegistry, ModelService
+from ..front import HeldModel, ModelRegistry
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
@@ -64,7 +64,7 @@ def request_limits(settings: Settings) -> dict[str, int]:
 class LoadedModel:
     """A model held by Serve's multiplexer; Serve calls __del__ when it evicts the model."""
 
-    def __init__(self, service: ModelService, on_unload):
+    def __init__(self, service: HeldModel, on_unload):
         self.service, self.on_unload = service, on_unload
 
     def __del__(self):
@@ -84,7 +84,7 @@ class ModelServer:
             metrics.enable_ray_export(ray_metrics)
         # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
         set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
-        self.loaded: dict[str, ModelService] = {}
+        self.loaded: dict[str, HeldModel] = {}
         self.replicas = ReplicaCount(log)  # this deployment's, for /v1/models and the s2s_replicas gauge
         self.draining = False  # set when Serve removes this replica: readiness then says so
 
@@ -142,7 +142,7 @@ class ModelServer:
         return LoadedModel(service, lambda name: self.loaded.pop(name, None))
 
     # ---- jobs forwarded by another replica (RemoteModel), for the model id Serve routed them by ------------
-    async def service(self) -> ModelService:
+    async def service(self) -> HeldModel:
         return (await self.load(serve.get_multiplexed_model_id())).service
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
