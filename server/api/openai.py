@@ -1,13 +1,14 @@
 """OpenAI's completions and chat completions, mapped onto /v1/generate's path (front.generation): the
 official `openai` clients and the tools on top of them (LangChain, front-ends) work with base_url=<server>/v1.
 
-Each prompt (or, in chat, the conversation's text, see `chat_text`: the model's own template if it has one) is one
+Each prompt (or, in chat, the conversation's text, see front.chat: the model's own template if it has one) is one
 generation job; a list of prompts and `n` > 1 are several jobs in the running batch at once, their choices in order
 (prompt by prompt, n each). `n` > 1 draws n samples (temperature 1 unless given; with a `seed` the i-th sample uses
-seed + i); `temperature` 0 is greedy (one beam); no temperature and n 1: the model's own defaults. Prompt tokens are the encoder's tokens, completion
-tokens the generated ones (as the native `usage`). Errors are `{"error": {"message", "type", "param", "code"}}`: 400
-a bad or unsupported parameter (named in `param`), 401 a key rejected, 404 an unknown model, 429 rate limit or
-character quota, 503 the queue full (both with Retry-After). GET /v1/models (native.models) answers OpenAI's list.
+seed + i); `temperature` 0 is greedy (one beam); no temperature and n 1: the model's own defaults. Prompt tokens
+are the encoder's tokens, completion tokens the generated ones (as the native `usage`). Errors are
+`{"error": {"message", "type", "param", "code"}}`: 400 a bad or unsupported parameter (named in `param`), 401 a key
+rejected, 404 an unknown model, 429 rate limit or character quota, 503 the queue full (both with Retry-After).
+GET /v1/models (native.models) answers OpenAI's list.
 """
 
 from __future__ import annotations
@@ -15,18 +16,16 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..domain import DecodeOptions, GenerationJob, GenerationResult, StreamEvent
 from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
 from ..front import generation
+from ..front.chat import chat_text
 from ..front.access import QuotaExceeded, characters
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
@@ -40,7 +39,6 @@ BEARER = KeySending("bearer", None, "Incorrect API key provided: send Authorizat
 UNSUPPORTED = {"echo": (False,), "suffix": ("",), "logprobs": (False,), "top_logprobs": (0,), "best_of": (1,),
                "logit_bias": ({},), "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
                "functions": ([],), "tool_choice": ("none",), "response_format": ({"type": "text"},)}
-SYSTEM_ROLES = ("system", "developer")
 
 
 def owns(path: str) -> bool:
@@ -100,39 +98,6 @@ class Message(BaseModel):
 class ChatRequest(Knobs):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-
-
-def chat_text(messages: list[Message], template: str | None) -> str:
-    """The encoder's input for a conversation: the model's own chat template where its tokenizer_config.json has
-    one; else (these models have none) the last user message as it is, after the system (developer) messages'
-    texts, each separated by a blank line. Earlier turns are not sent."""
-    if template is not None:
-        return templated(template, messages)
-    users = [m for m in messages if m.role == "user"]
-    if not users:
-        raise InvalidRequest("messages: at least one message with role 'user' is required", field="messages")
-    return "\n\n".join([m.text for m in messages if m.role in SYSTEM_ROLES and m.text] + [users[-1].text])
-
-
-def refuse(message: str):
-    raise TemplateError(message)
-
-
-TEMPLATES = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders them
-TEMPLATES.globals["raise_exception"] = refuse
-
-
-@lru_cache(maxsize=16)
-def compiled(template: str) -> Template:
-    return TEMPLATES.from_string(template)
-
-
-def templated(template: str, messages: list[Message]) -> str:
-    try:
-        return compiled(template).render(messages=[{"role": m.role, "content": m.text} for m in messages],
-                                         add_generation_prompt=True)
-    except TemplateError as e:
-        raise InvalidRequest(f"messages: the model's chat template refused them: {e}", field="messages") from None
 
 
 @dataclass(frozen=True)
@@ -214,8 +179,7 @@ async def completions(request: Request):
 async def chat_completions(request: Request):
     state = served(request)
     who, body = await read(request, ChatRequest)
-    template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
-    text = chat_text(body.messages, template)
+    text = chat_text(state.provider, body.model, [(m.role, m.text) for m in body.messages])
     naming(request, "messages", max_new_tokens=token_limit(body)[0])
     return await answer(request, state, who, CHAT, body, [text], ["messages"])
 

@@ -13,6 +13,7 @@ from typing import AsyncIterator, Sequence
 
 from ..domain import GenerationJob, GenerationResult, StreamEvent
 from . import dispatch
+from .provider import ModelProvider
 from .streams import all_or_none, merged, opened
 
 
@@ -26,7 +27,7 @@ def _choices(jobs: Sequence[GenerationJob], per_text: int) -> list[GenerationJob
     return [seeded(job, choice) for job in jobs for choice in range(per_text)]
 
 
-async def generate(provider: dispatch.ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
+async def generate(provider: ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
                    per_text: int = 1, spending: AbstractAsyncContextManager = nullcontext()) -> list[GenerationResult]:
     """Every choice's result, job by job; `spending` (the caller's charge, front.access.Keys.spending) is entered once
     the limits hold and spans the work, refunded if it fails."""
@@ -41,7 +42,7 @@ class Stream:
     events: AsyncIterator[tuple[int, StreamEvent]]  # (the choice's index, its event), as they come
 
 
-async def stream(provider: dispatch.ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
+async def stream(provider: ModelProvider, jobs: Sequence[GenerationJob], model: str | None = None,
                  per_text: int = 1, spending: AbstractAsyncContextManager = nullcontext()) -> Stream:
     """Every choice's events, merged; opened (the first event awaited) inside the charge, so that a request refused or
     not queued is a plain HTTP error and costs nothing. Closing `events` stops every choice."""

@@ -106,8 +106,7 @@ def test_scheduler_and_sequences_import_neither_torch_nor_fastapi():
 # a key or an Accept header it cannot use, a page or a download it does not have). Every policy (languages, file
 # types, models, glossaries, limits, quotas) is a typed error raised in the front and worded by each API's table.
 PARSING_ERRORS = {"InvalidRequest", "BadBody", "BodyTooLarge", "InvalidKey", "TsvNotAccepted", "FileNotFound",
-                  "StarletteHTTPException", "TemplateError",
-                  "error"}  # deps.KeySending.error: how an API answers a key it cannot use
+                  "StarletteHTTPException", "error"}  # deps.KeySending.error: how an API answers a key it cannot use
 
 
 def raised(path: Path) -> set[str]:
