@@ -98,6 +98,14 @@ class TooManyTexts(InvalidRequest):
         self.count, self.choices, self.args = count, choices, (count, limit, choices)
 
 
+class TooManyItems(InvalidRequest):
+    """More texts than an API takes in one request (DeepL's 50, its own contract, below the server's max_texts)."""
+
+    def __init__(self, count: int, limit: int):
+        super().__init__(f"{count} texts; at most {limit}", limit=limit)
+        self.count, self.args = count, (count, limit)
+
+
 class TooManyCharacters(InvalidRequest):
     """A request's texts (or a file's) have more characters together than max_request_chars."""
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
 from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidRequest, LanguageNotServed, ServerError,
-                      TooManyCharacters, TooManyGlossaries, UnsupportedFileType)
+                      TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
 from ..front import dispatch
 from ..front.access import QuotaExceeded, characters
 from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
@@ -48,6 +48,10 @@ def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
                         limit=error.limit)
 
 
+def too_many_texts(error: TooManyItems, names: Names) -> ServerError:
+    return BodyTooLarge(f"Too many texts: {error.count}; at most {error.limit}", field="text", limit=error.limit)
+
+
 def not_served(error: LanguageNotServed, names: Names) -> ServerError:
     return InvalidRequest(f"Value for '{error.field}' not supported.", field=error.field)
 
@@ -64,7 +68,8 @@ def glossary_needs_source(error: GlossaryNeedsLanguage, names: Names) -> ServerE
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
                                                    InvalidKey: 403, QuotaExceeded: 456, TooManyGlossaries: 456,
                                                    LanguageNotServed: not_served, UnsupportedFileType: file_type,
-                                                   GlossaryNeedsLanguage: glossary_needs_source})
+                                                   GlossaryNeedsLanguage: glossary_needs_source,
+                                                   TooManyItems: too_many_texts})
 router = STYLE.router()
 
 
@@ -169,8 +174,7 @@ async def translate(request: Request):
     data = present(params, list(DeepLTranslateForm.model_fields), lists=("text",))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
     form = validated(DeepLTranslateForm, data, missing, invalid)
-    if len(form.text) > MAX_TEXTS:
-        raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
+    dispatch.check_items(len(form.text), MAX_TEXTS)
     check_served(state.provider, form.source_lang, form.target_lang)
     glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     job = TranslationJob(

@@ -27,7 +27,7 @@ from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_langu
 
 from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
                       TranslationJob, TranslationResult)
-from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts,
+from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyItems, TooManyTexts,
                       UnknownModel)
 from ..settings import Settings
 from .language_support import serves
@@ -93,6 +93,12 @@ def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -
 def _check_count(settings: Settings, count: int, choices: int = 1) -> None:
     if count * choices > settings.max_texts:
         raise TooManyTexts(count, settings.max_texts, choices)
+
+
+def check_items(count: int, limit: int) -> None:
+    """An API's own cap on the texts of one request (DeepL's 50), checked where the API reads them."""
+    if count > limit:
+        raise TooManyItems(count, limit)
 
 
 def _check_characters(settings: Settings, texts: Sequence[str]) -> None:

@@ -105,7 +105,7 @@ def test_scheduler_and_sequences_import_neither_torch_nor_fastapi():
 # What server/api/ may raise: its reading of a request (a parameter missing or malformed, a body that cannot be read,
 # a key or an Accept header it cannot use, a page or a download it does not have). Every policy (languages, file
 # types, models, glossaries, limits, quotas) is a typed error raised in the front and worded by each API's table.
-PARSING_ERRORS = {"InvalidRequest", "BadBody", "BodyTooLarge", "InvalidKey", "TsvNotAccepted", "FileNotFound",
+PARSING_ERRORS = {"InvalidRequest", "BadBody", "InvalidKey", "TsvNotAccepted", "FileNotFound",
                   "StarletteHTTPException", "error"}  # deps.KeySending.error: how an API answers a key it cannot use
 
 
