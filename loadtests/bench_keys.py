@@ -1,7 +1,7 @@
 """What the key check costs a request: Keys.caller + admit + spending (the charge) on the SQLite key store, as a
 keyed server does per work request, one process or several sharing the file (workers, replicas of a node), and
 with --cluster from a Ray task on the worker node of a two-node loopback cluster, through the head node's key
-store actor (runtime.cluster_key_store), as a replica off the head node checks keys.
+store actor (runtime.head_store), as a replica off the head node checks keys.
 
     python -m loadtests.bench_keys --requests 20000 --processes 1,2 [--cluster]
 """
@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from server.api.access import Keys
+from server.front.access import Keys
 from server.key_store import KeyStore
 from server.settings import Settings
 
@@ -76,7 +76,7 @@ def through_head_actor(path: str, key: str, requests: int, rounds: int) -> list[
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from server.runtime.cluster_key_store import RemoteKeyStore, cluster_key_store
+    from server.runtime.head_store import RemoteStore, head_store
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                             "include_dashboard": False})
@@ -86,8 +86,8 @@ def through_head_actor(path: str, key: str, requests: int, rounds: int) -> list[
 
         @ray.remote(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(worker.node_id, soft=False))
         def on_worker_node() -> list[float]:
-            store = cluster_key_store(path)
-            assert isinstance(store, RemoteKeyStore), "the task ran on the head node"
+            store = head_store(KeyStore, path)
+            assert isinstance(store, RemoteStore), "the task ran on the head node"
             return [checks_us(store, key, requests) for _ in range(rounds)]
 
         return ray.get(on_worker_node.remote())

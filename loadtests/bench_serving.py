@@ -85,7 +85,7 @@ def run_translator(translator: Translator, texts: Texts) -> Result:
 
 def run_engine(translator: Translator, texts: Texts, clients: int, per_request: int, settings: Settings) -> Result:
     """The server's engine loop (scheduler, engine thread, asyncio delivery) with the server's default limits;
-    token ids in and out, as a model replica's ModelService sees them after tokenizing. Warmed up first as the
+    token ids in and out, as a model replica's HeldModel sees them after tokenizing. Warmed up first as the
     HTTP servers are (64 texts, 8 clients): the loop's KV cache is new, and its first touch costs page faults."""
     bundle = translator.bundle
     params = bundle.decode_params()

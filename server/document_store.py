@@ -11,8 +11,6 @@ transaction under SQLite's write lock, so two processes never claim one job.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import json
 import secrets
@@ -22,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from .glossary_entries import Entries
-from .sqlite_file import StoreError, Transaction, open_file
+from .sqlite_file import StoreError, Transaction, one_at_a_time, open_file
+from .stores import LocalStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -95,22 +94,12 @@ def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def one_at_a_time(method):
-    """The store's method under its lock: its one connection serves one thread at a time (a transaction begun by
-    one thread never meets another's statements)."""
-    @functools.wraps(method)
-    def locked(self, *args, **kwargs):
-        with self.lock:
-            return method(self, *args, **kwargs)
-    return locked
-
-
-class DocumentStore:
+class DocumentStore(LocalStore):
     """One process's connection to the jobs' folder (created on first use): `jobs.sqlite` and each job's files."""
 
     def __init__(self, folder: str | Path, clock=time.time):
         self.folder, self.clock = Path(folder).resolve(), clock  # a later change of working directory moves nothing
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.db = open_file(self.folder / "jobs.sqlite", SCHEMA, "DELETE FROM jobs WHERE 0", "document store")
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(jobs)")]
         if set(columns) != set(COLUMNS.split(", ")) | {"key"}:
@@ -220,13 +209,3 @@ class DocumentStore:
     def close(self) -> None:
         self.db.close()
 
-
-class LocalDocumentStore:
-    """The calls DocumentJobs makes of a DocumentStore, each in a thread (SQLite and files stay off the event loop);
-    runtime.cluster_document_store answers the same calls from a Ray cluster's head node."""
-
-    def __init__(self, store: DocumentStore):
-        self.store = store
-
-    async def call(self, method: str, *args):
-        return await asyncio.to_thread(getattr(self.store, method), *args)

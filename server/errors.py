@@ -64,6 +64,28 @@ class EngineFailed(ServerError):
     retry_after_s = 1
 
 
+# What the server serves, found by the front (front/served_languages.py, front/document_jobs.py, front/dispatch.py,
+# front/glossaries.py). The message is the native API's; each compatible API words them in its own error table.
+
+class LanguageNotServed(InvalidRequest):
+    """A language (`side` "source" or "target", as sent: `code`, None when missing) no served model has on that
+    side; `served`: the public codes served on it."""
+
+    def __init__(self, side: str, code: str | None, served: list[str]):
+        super().__init__(f"{side}_lang {code!r} is not served; served: {served}", field=f"{side}_lang")
+        self.side, self.code, self.served, self.args = side, code, served, (side, code, served)
+
+
+class UnsupportedFileType(BadBody):
+    """A document whose suffix is none of the kinds read (model.SUFFIXES)."""
+
+    def __init__(self, filename: str, suffix: str, supported: tuple[str, ...]):
+        super().__init__(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(supported)}",
+                         field="file")
+        self.filename, self.suffix, self.supported = filename, suffix, supported
+        self.args = (filename, suffix, supported)
+
+
 # A request over one of the server's limits, found by the front (front/dispatch.py checks each limit once; the
 # model-dependent ones in front/service.py). They hold what was counted, never an API's field names: each API words
 # them in its own error table. `args` are the constructor's, so they cross Ray and process pipes intact.
@@ -74,6 +96,14 @@ class TooManyTexts(InvalidRequest):
     def __init__(self, count: int, limit: int, choices: int = 1):
         super().__init__(f"{count} texts × {choices} choices; at most {limit}", limit=limit)
         self.count, self.choices, self.args = count, choices, (count, limit, choices)
+
+
+class TooManyItems(InvalidRequest):
+    """More texts than an API takes in one request (DeepL's 50, its own contract, below the server's max_texts)."""
+
+    def __init__(self, count: int, limit: int):
+        super().__init__(f"{count} texts; at most {limit}", limit=limit)
+        self.count, self.args = count, (count, limit)
 
 
 class TooManyCharacters(InvalidRequest):
@@ -109,6 +139,21 @@ class TooManyBeams(InvalidRequest):
         self.count, self.args = count, (count, limit)
 
 
+class TooManyRows(InvalidRequest):
+    """A sentence whose decoding rows (its beams, and the constraint rows its glossary terms add) are more than the
+    batch holds (max_batch_rows): the scheduler could never admit it."""
+
+    def __init__(self, beams: int, count: int, limit: int):
+        self.beams, self.count, self.limit = beams, count, limit
+        super().__init__(self.worded("num_beams"), field="num_beams", limit=limit)
+        self.args = (beams, count, limit)
+
+    def worded(self, knob: str) -> str:
+        """The message, the beams named as the request names them (`knob`)."""
+        return (f"{knob} {self.beams} with the glossary's terms needs {self.count} decoding rows; the batch has "
+                f"{self.limit} (max_batch_rows)")
+
+
 class TooManyTokens(InvalidRequest):
     """A token knob (`knob`: max_new_tokens or min_new_tokens, DecodeOptions' names) over the model's
     max_new_tokens."""
@@ -137,6 +182,15 @@ class GlossaryNotFound(ServerError):
     def __init__(self, field: str = "glossary_id"):
         super().__init__("Glossary not found", field=field)
         self.args = (field,)
+
+
+class GlossaryNeedsLanguage(InvalidRequest):
+    """A stored glossary named without the language (`knob`: source_lang or target_lang) that picks its dictionary."""
+
+    def __init__(self, knob: str):
+        super().__init__(f"{knob}: required with glossary_id (a glossary has a dictionary per language pair)",
+                         field=knob)
+        self.knob, self.args = knob, (knob,)
 
 
 class InvalidGlossary(InvalidRequest):

@@ -1,5 +1,5 @@
 """The glossary store: every glossary in the SQLite file of the key store (server.key_store), so every worker, Ray
-Serve replica and node (through the head node: runtime.cluster_key_store) sees the same ones, and a restart keeps them.
+Serve replica and node (through the head node: runtime.head_store) sees the same ones, and a restart keeps them.
 
 One model for DeepL's v2 glossaries (one dictionary) and v3 multilingual ones (a dictionary per language pair): a
 glossary is an id, its owner, a name and its creation time; a dictionary its (source_lang, target_lang) and its entries
@@ -11,6 +11,7 @@ two processes creating at once cannot pass a limit together.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from .errors import GlossaryTooLarge, TooManyGlossaries
 from .glossary_entries import Entries, size, to_tsv
-from .sqlite_file import Transaction, open_file
+from .sqlite_file import Transaction, one_at_a_time, open_file
+from .stores import LocalStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS glossaries (
@@ -66,14 +68,15 @@ def _entries(tsv: str) -> Entries:
     return tuple(tuple(line.split("\t", 1)) for line in tsv.split("\n") if line)
 
 
-class GlossaryStore:
+class GlossaryStore(LocalStore):
     """One process's connection to the store file."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path, self.lock = Path(path), threading.RLock()
         self.db = open_file(self.path, SCHEMA, "UPDATE glossaries SET name = name WHERE id = ''", "glossary store")
         self.db.execute("PRAGMA foreign_keys=ON")
 
+    @one_at_a_time
     def create(self, owner: str, name: str, dictionaries: list[NewDictionary], max_glossaries: int,
                max_bytes: int) -> Glossary:
         """A new glossary; TooManyGlossaries when `owner` has `max_glossaries` already."""
@@ -89,11 +92,13 @@ class GlossaryStore:
             self._check_bytes(glossary_id, max_bytes)
         return self.get(owner, glossary_id)
 
+    @one_at_a_time
     def glossaries(self, owner: str) -> list[Glossary]:
         """`owner`'s glossaries, oldest first."""
         rows = self.db.execute("SELECT id FROM glossaries WHERE owner = ? ORDER BY created", (owner,)).fetchall()
         return [glossary for (glossary_id,) in rows if (glossary := self.get(owner, glossary_id))]
 
+    @one_at_a_time
     def get(self, owner: str, glossary_id: str) -> Glossary | None:
         row = self.db.execute("SELECT name, created FROM glossaries WHERE id = ? AND owner = ?",
                               (glossary_id, owner)).fetchone()
@@ -103,6 +108,7 @@ class GlossaryStore:
                                        "WHERE glossary = ? ORDER BY rowid", (glossary_id,)).fetchall()
         return Glossary(glossary_id, row[0], row[1], tuple(Dictionary(*d) for d in dictionaries))
 
+    @one_at_a_time
     def entries(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries | None:
         """A dictionary's entries, in the order they were given; None when there is no such dictionary."""
         row = self.db.execute(
@@ -111,6 +117,7 @@ class GlossaryStore:
             (glossary_id, owner, source_lang, target_lang)).fetchone()
         return None if row is None else _entries(row[0])
 
+    @one_at_a_time
     def update(self, owner: str, glossary_id: str, name: str | None, merged: list[NewDictionary],
                replaced: list[NewDictionary], max_bytes: int) -> Glossary | None:
         """Rename (`name`), merge entries into dictionaries (a source term given replaces its target; a new one is
@@ -129,11 +136,13 @@ class GlossaryStore:
             self._check_bytes(glossary_id, max_bytes)
         return self.get(owner, glossary_id)
 
+    @one_at_a_time
     def delete(self, owner: str, glossary_id: str) -> bool:
         with Transaction(self.db):
             return self.db.execute("DELETE FROM glossaries WHERE id = ? AND owner = ?",
                                    (glossary_id, owner)).rowcount > 0
 
+    @one_at_a_time
     def delete_dictionary(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> bool:
         with Transaction(self.db):
             if not self._owns(owner, glossary_id):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sqlite_file import Transaction, open_file
+from .sqlite_file import Transaction, one_at_a_time, open_file
+from .stores import LocalStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -64,17 +66,18 @@ def new_key() -> str:
     return "s2s-" + secrets.token_urlsafe(24)
 
 
-class KeyStore:
+class KeyStore(LocalStore):
     """One process's connection to the store file (created with its folder on first use)."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path, self.lock = Path(path), threading.RLock()
         self.db = open_file(self.path, SCHEMA, "UPDATE keys SET active = active WHERE id = ''", "key store")
 
     def transaction(self):
         return Transaction(self.db)
 
     # ---- keys --------------------------------------------------------------------------------------------
+    @one_at_a_time
     def add(self, name: str, key: str | None = None, rate_limit_per_minute: int | None = None,
             character_quota: int | None = None, from_env: bool = False) -> str:
         key = key or new_key()
@@ -90,6 +93,7 @@ class KeyStore:
                         (key_id(key), name, hint, rate_limit_per_minute, character_quota, int(from_env),
                          int(time.time())))
 
+    @one_at_a_time
     def sync_env(self, keys: tuple[str, ...]) -> None:
         """SERVER_API_KEYS' keys stored like the others (the server's defaults, their usage kept); one that is no
         longer listed there is inactive (its usage kept, should it come back)."""
@@ -100,19 +104,23 @@ class KeyStore:
             for key in keys:
                 self._insert("SERVER_API_KEYS", key, None, None, from_env=True)
 
+    @one_at_a_time
     def remove(self, name_or_hint: str) -> int:
         with self.transaction():
             return self.db.execute("DELETE FROM keys WHERE name = ? OR hint = ?", (name_or_hint, name_or_hint)).rowcount
 
+    @one_at_a_time
     def keys(self) -> list[KeyRecord]:
         rows = self.db.execute("SELECT id, name, hint, rate_limit_per_minute, character_quota, from_env, active "
                                "FROM keys ORDER BY rowid").fetchall()
         return [KeyRecord(*row[:5], bool(row[5]), bool(row[6])) for row in rows]
 
+    @one_at_a_time
     def active(self) -> dict[str, KeyRecord]:
         return {record.id: record for record in self.keys() if record.active}
 
     # ---- counts ------------------------------------------------------------------------------------------
+    @one_at_a_time
     def admit(self, caller: str, minute: int, limit: int) -> bool:
         """Count one request of `caller` in `minute` (and in all); False, counting nothing, when `limit` (> 0)
         requests were admitted in that minute already."""
@@ -128,10 +136,12 @@ class KeyStore:
                             "DO UPDATE SET requests = requests + 1", (caller,))
         return True
 
+    @one_at_a_time
     def forget_minutes_before(self, minute: int) -> None:
         with self.transaction():
             self.db.execute("DELETE FROM minutes WHERE minute < ?", (minute,))
 
+    @one_at_a_time
     def charge(self, caller: str, characters: int, quota: int) -> int | None:
         """Add `characters` to `caller`'s count unless that goes past `quota` (> 0); the count after, or None when
         refused (nothing added)."""
@@ -144,10 +154,12 @@ class KeyStore:
                 "RETURNING characters", (caller, characters, quota, quota)).fetchone()
         return None if row is None else row[0]
 
+    @one_at_a_time
     def refund(self, caller: str, characters: int) -> None:
         with self.transaction():
             self.db.execute("UPDATE usage SET characters = characters - ? WHERE caller = ?", (characters, caller))
 
+    @one_at_a_time
     def usage(self, caller: str) -> tuple[int, int]:
         """(characters, requests) counted for `caller` so far."""
         row = self.db.execute("SELECT characters, requests FROM usage WHERE caller = ?", (caller,)).fetchone()

@@ -1,8 +1,10 @@
-"""The SQLite files the server keeps its state in (the key store, the glossary store): opened the same way, and a
-file that cannot serve stops the server with one line naming it, never replaced by a fresh one."""
+"""The SQLite files the server keeps its state in (the key store, the glossary store, the document jobs): opened the
+same way, each store's methods one thread at a time, and a file that cannot serve stops the server with one line
+naming it, never replaced by a fresh one."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 
@@ -40,3 +42,13 @@ class Transaction:
 
     def __exit__(self, kind, error, trace):
         self.db.execute("ROLLBACK" if kind else "COMMIT")
+
+
+def one_at_a_time(method):
+    """A store's method under the store's lock (a threading.RLock: one method may call another): its one connection
+    serves one thread at a time, so a transaction begun by one thread never meets another's statements."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return locked

@@ -31,7 +31,7 @@ from loadtests.stats import summarize  # noqa: E402
 from server.runtime.deployment import build, deploy  # noqa: E402
 from server.front.registry import ModelRegistry  # noqa: E402
 from server.key_store import KeyStore  # noqa: E402
-from server.runtime.cluster_key_store import NAMESPACE  # noqa: E402
+from server.runtime.head_store import NAMESPACE  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 # Each user keeps its connections open; the kernel hands each connection to one node's socket (SO_REUSEPORT), so

@@ -13,20 +13,22 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..document_store import DocumentStore, LocalDocumentStore
+from ..document_store import DocumentStore
 from ..errors import BadBody, ServerError
 from ..front import ModelProvider, dispatch
+from ..front.access import Keys
+from ..front.document_jobs import DocumentJobs
+from ..front.downloads import Downloads
+from ..front.glossaries import Glossaries
 from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
+from ..stores import Store
 from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
 from .deps import AppState, served
-from .document_jobs import DocumentCalls, DocumentJobs
-from .downloads import Downloads
 from .errors import NATIVE, Names, names_of, route_path, validation_error
-from .access import Keys
-from .glossaries import Glossaries
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
+from .resending import Resending
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,9 @@ def installed_version() -> str:
         return "unknown"
 
 
-def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore | None = None,
-               glossary_store: GlossaryStore | None = None, document_store: DocumentCalls | None = None) -> FastAPI:
+def create_app(provider: ModelProvider, settings: Settings, key_store: Store[KeyStore] | None = None,
+               glossary_store: Store[GlossaryStore] | None = None,
+               document_store: Store[DocumentStore] | None = None) -> FastAPI:
     """`key_store`, `glossary_store`: where the keys and their counts are, and the glossaries (default: the file
     settings.key_store names, for both); `document_store`: where the document jobs are (default: the folder
     settings.documents_path names)."""
@@ -56,8 +59,7 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
                   description="Translation and text-to-text generation with encoder-decoder Transformers.")
     keys = Keys(settings, key_store or KeyStore(settings.key_store))
     glossaries = Glossaries(glossary_store or GlossaryStore(settings.key_store), settings, keys)
-    documents = document_store or LocalDocumentStore(DocumentStore(settings.documents_path))
-    jobs = DocumentJobs(documents, provider, keys, settings)
+    jobs = DocumentJobs(document_store or DocumentStore(settings.documents_path), provider, keys, settings)
     app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
                                 glossaries, jobs)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
@@ -67,15 +69,26 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: KeyStore 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    routers = [native.router(app.state.served), native_glossaries.router(app.state.served), libretranslate.router,
-               deepl.router, deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
-               *([page.router()] if settings.ui else [])]
-    for router in routers:
+    included = routers(settings, keys.enforcing)
+    for router in included:
         app.include_router(router)
     app.router.on_startup += [dispatch.load_detection, jobs.start]
     app.router.on_shutdown.append(jobs.stop)
-    paths = {route.path for router in routers for route in router.routes}  # app.routes holds the routers
+    paths = {route.path for router in included for route in router.routes}  # app.routes holds the routers
     return app
+
+
+def routers(settings: Settings, guarded: bool) -> list[APIRouter]:
+    """Every API's routes, in the order they are matched; `guarded`: the native ones ask for the caller's key first
+    (keys or limits configured)."""
+    return [native.router(settings, guarded), native_glossaries.router(guarded), libretranslate.router, deepl.router,
+            deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
+            *([page.router()] if settings.ui else [])]
+
+
+def resending(settings: Settings) -> Resending:
+    """Which of the app's requests may be sent again after a lost replica (api.resending), for runtime.replica_lost."""
+    return Resending([route for router in routers(settings, guarded=False) for route in router.routes])
 
 
 async def server_error(request: Request, exc: ServerError):

@@ -18,14 +18,16 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import BodyTooLarge, InvalidRequest, ServerError, TooManyCharacters, TooManyGlossaries
+from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidRequest, LanguageNotServed, ServerError,
+                      TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
 from ..front import dispatch
+from ..front.access import QuotaExceeded, characters
+from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
 from ..glossary_entries import Entries
-from .deps import AppState, KeySending, caller_of, served
+from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming
-from .access import QuotaExceeded, characters
-from .served_languages import ServedLanguages, canonical, language_name
 from .reading import Params, present, read_params, validated
+from .resending import resendable
 from .streaming import json_response, until_disconnect
 
 MAX_TEXTS = 50  # DeepL's limit per request
@@ -46,9 +48,28 @@ def request_too_large(error: TooManyCharacters, names: Names) -> ServerError:
                         limit=error.limit)
 
 
+def too_many_texts(error: TooManyItems, names: Names) -> ServerError:
+    return BodyTooLarge(f"Too many texts: {error.count}; at most {error.limit}", field="text", limit=error.limit)
+
+
+def not_served(error: LanguageNotServed, names: Names) -> ServerError:
+    return InvalidRequest(f"Value for '{error.field}' not supported.", field=error.field)
+
+
+def file_type(error: UnsupportedFileType, names: Names) -> ServerError:
+    return InvalidRequest(invalid("file", f"the file type of {error.filename!r}; supported: "
+                                          f"{', '.join(error.supported)}"), field="file")
+
+
+def glossary_needs_source(error: GlossaryNeedsLanguage, names: Names) -> ServerError:
+    return InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")  # DeepL's target is always given
+
+
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
-                                                   InvalidKey: 403, QuotaExceeded: 456,
-                                                   TooManyGlossaries: 456})
+                                                   InvalidKey: 403, QuotaExceeded: 456, TooManyGlossaries: 456,
+                                                   LanguageNotServed: not_served, UnsupportedFileType: file_type,
+                                                   GlossaryNeedsLanguage: glossary_needs_source,
+                                                   TooManyItems: too_many_texts})
 router = STYLE.router()
 
 
@@ -129,13 +150,6 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguag
     return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
 
 
-def check_languages(state: AppState, source_lang: str | None, target_lang: str) -> None:
-    languages = ServedLanguages.of(state.provider)
-    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
-        if code and not languages.supports(code, name.partition("_")[0]):
-            raise InvalidRequest(f"Value for '{name}' not supported.", field=name)
-
-
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
     """The caller, from the key as DeepL's clients send it, and the request's parameters."""
     params = await read_params(request)
@@ -148,22 +162,20 @@ async def glossary_terms(request: Request, who: str, glossary_id: str | None, so
     400 without source_lang or for a glossary without that language pair, 404 for one unknown to the caller's key."""
     if glossary_id is None:
         return ()
-    if not source_lang:
-        raise InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")
     glossaries = served(request).glossaries
     return await glossaries.terms(glossaries.owner(who), glossary_id, source_lang, target_lang)
 
 
 @router.post("/v2/translate", response_model=DeepLTranslateResponse)
+@resendable
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)
     data = present(params, list(DeepLTranslateForm.model_fields), lists=("text",))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
     form = validated(DeepLTranslateForm, data, missing, invalid)
-    if len(form.text) > MAX_TEXTS:
-        raise BodyTooLarge(f"Too many texts: {len(form.text)}; at most {MAX_TEXTS}", field="text", limit=MAX_TEXTS)
-    check_languages(state, form.source_lang, form.target_lang)
+    dispatch.check_items(len(form.text), MAX_TEXTS)
+    check_served(state.provider, form.source_lang, form.target_lang)
     glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
@@ -179,6 +191,7 @@ async def translate(request: Request):
 
 
 @router.api_route("/v2/languages", methods=["GET", "POST"], response_model=list[DeepLLanguage])
+@resendable
 async def languages(request: Request):
     state = served(request)
     _, params = await caller(request)
@@ -189,6 +202,7 @@ async def languages(request: Request):
 
 
 @router.api_route("/v2/usage", methods=["GET", "POST"])
+@resendable
 async def usage(request: Request):
     state = served(request)
     who, _ = await caller(request)

@@ -1,4 +1,4 @@
-"""DeepL's document API over the document jobs (api.document_jobs), as the official `deepl` clients call it:
+"""DeepL's document API over the document jobs (front.document_jobs), as the official `deepl` clients call it:
 `POST /v2/document` (multipart: file, target_lang, source_lang?, formality?, glossary_id?, output_format?) →
 `{document_id, document_key}`; `POST /v2/document/{id}` with `{document_key}` → `{document_id, status,
 seconds_remaining?, billed_characters?, error_message?}`; `POST /v2/document/{id}/result` → the file once, then the
@@ -16,15 +16,14 @@ from fastapi import Request
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
-from model import SUFFIXES
-
 from ..document_store import Job
 from ..errors import InvalidRequest
-from .deepl import STYLE, caller, check_languages, glossary_terms, invalid, missing
+from ..front.document_jobs import check_file_type
+from ..front.served_languages import canonical, check_served
+from .deepl import STYLE, caller, glossary_terms, invalid, missing
 from .deps import served
-from .downloads import attachment
 from .reading import present, validated
-from .served_languages import canonical
+from .streaming import attachment
 
 router = STYLE.router()
 
@@ -53,12 +52,10 @@ async def upload(request: Request):
     if not isinstance(file, UploadFile):
         raise InvalidRequest(missing("file"), field="file")
     form = validated(DocumentForm, present(params, list(DocumentForm.model_fields)), missing, invalid)
-    check_languages(state, form.source_lang, form.target_lang)
+    check_served(state.provider, form.source_lang, form.target_lang)
     glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
     filename = PurePath(file.filename or "file").name
-    if PurePath(filename).suffix.lower() not in SUFFIXES:
-        raise InvalidRequest(invalid("file", f"the file type of {filename!r}; supported: {', '.join(SUFFIXES)}"),
-                             field="file")
+    check_file_type(filename)
     document_id, key = await state.jobs.submit(
         who, await file.read(), filename, canonical(form.source_lang) if form.source_lang else None,
         canonical(form.target_lang), form.output_format, glossary=glossary)

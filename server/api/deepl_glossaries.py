@@ -1,5 +1,5 @@
 """DeepL's glossary API as the official clients speak it: v2 (one dictionary a glossary) and v3 (multilingual: one
-dictionary per language pair), over the one glossary store (api.glossaries).
+dictionary per language pair), over the one glossary store (front.glossaries).
 
 v2: `GET /v2/glossary-language-pairs`, `POST /v2/glossaries` (entries as TSV or CSV; 201), `GET /v2/glossaries`,
 `GET /v2/glossaries/{id}`, `GET /v2/glossaries/{id}/entries` (TSV), `DELETE /v2/glossaries/{id}` (204).
@@ -16,11 +16,11 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..errors import InvalidRequest, ServerError
+from ..front.glossaries import base_language, creation_time, language_pairs
 from ..glossary_entries import read, to_tsv
 from ..glossary_store import Glossary, NewDictionary
 from .deepl import STYLE, caller, missing
 from .deps import served
-from .glossaries import base_language, creation_time, language_pairs
 from .reading import Params
 
 router = STYLE.router()

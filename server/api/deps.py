@@ -15,12 +15,12 @@ from fastapi import Request
 
 from ..errors import ServerError, Unauthorized
 from ..front import ModelProvider
+from ..front.access import Keys
+from ..front.document_jobs import DocumentJobs
+from ..front.downloads import Downloads
+from ..front.glossaries import Glossaries
 from ..settings import Settings
-from .document_jobs import DocumentJobs
-from .downloads import Downloads
 from .errors import InvalidKey
-from .access import Keys
-from .glossaries import Glossaries
 from .reading import Params
 
 

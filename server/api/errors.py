@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from ..errors import (BadBody, InvalidRequest, SamplingNeedsOneBeam, ServerError, TooManyBeams, TooManyCharacters,
-                      TooManySentences, TooManyTexts, TooManyTokens, UnknownModel)
+                      TooManyRows, TooManySentences, TooManyTexts, TooManyTokens, UnknownModel)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,11 @@ def over_tokens(error: TooManyTokens, names: Names) -> ServerError:
     return over_knob(names.knob(error.knob), error)
 
 
+def over_rows(error: TooManyRows, names: Names) -> ServerError:
+    name = names.knob("num_beams")
+    return InvalidRequest(error.worded(name), field=name, limit=error.limit)
+
+
 def sampling_with_beams(error: SamplingNeedsOneBeam, names: Names) -> ServerError:
     return InvalidRequest(error.message, field=names.knob("num_beams"), limit=error.limit)
 
@@ -101,7 +106,8 @@ def sampling_with_beams(error: SamplingNeedsOneBeam, names: Names) -> ServerErro
 # The front's limit errors as every API words them, unless its own table says otherwise.
 LIMITS: Mapping[type[ServerError], Entry] = {
     TooManyTexts: over_items, TooManyCharacters: over_characters, TooManySentences: over_sentences,
-    TooManyBeams: over_beams, TooManyTokens: over_tokens, SamplingNeedsOneBeam: sampling_with_beams}
+    TooManyBeams: over_beams, TooManyRows: over_rows, TooManyTokens: over_tokens,
+    SamplingNeedsOneBeam: sampling_with_beams}
 # The compatible APIs know one status for a bad request, where the native API tells 400, 404 and 422 apart.
 BAD_REQUEST: Mapping[type[ServerError], Entry] = {InvalidRequest: 400, UnknownModel: 400, BadBody: 400}
 

@@ -21,15 +21,17 @@ from starlette.datastructures import UploadFile
 from model import SUFFIXES
 
 from ..domain import DecodeOptions, DetectedLanguage, TextOptions, TranslationJob, TranslationResult
-from ..errors import InvalidRequest, ServerError, TooManyBeams, TooManyCharacters
+from ..errors import (InvalidRequest, LanguageNotServed, ServerError, TooManyBeams, TooManyCharacters,
+                      UnsupportedFileType)
 from ..front import dispatch
-from .deps import AppState, KeySending, caller_of, served
-from .downloads import attachment
+from ..front.access import QuotaExceeded, characters
+from ..front.document_jobs import check_file_type
+from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
+from .deps import KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, message_only, naming, over_characters
-from .access import QuotaExceeded, characters
-from .served_languages import ServedLanguages, canonical, language_name
 from .reading import present, read_params, validated
-from .streaming import json_response, until_disconnect
+from .resending import resendable
+from .streaming import attachment, json_response, until_disconnect
 
 PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/frontend/settings", "/health"})
 DOWNLOADS = "/download_file/"
@@ -53,9 +55,18 @@ def over_alternatives(error: TooManyBeams, names: Names) -> ServerError:
                           limit=error.limit - 1)
 
 
+def not_served(error: LanguageNotServed, names: Names) -> ServerError:
+    return InvalidRequest(f"{error.code} is not supported", field=error.side)
+
+
+def file_type(error: UnsupportedFileType, names: Names) -> ServerError:
+    return InvalidRequest("Invalid request: file format not supported", field="file", limit=list(error.supported))
+
+
 STYLE = ErrorStyle(message_only("error"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
                                                  TooManyBeams: over_alternatives, InvalidKey: 403,
-                                                 QuotaExceeded: 403})
+                                                 QuotaExceeded: 403, LanguageNotServed: not_served,
+                                                 UnsupportedFileType: file_type})
 router = STYLE.router()
 
 
@@ -126,14 +137,8 @@ def translate_response(result: TranslationResult, single: bool, auto: bool,
     return LibreTranslateResponse(translatedText=texts, detectedLanguage=detected, alternatives=others)
 
 
-def check_languages(state: AppState, source: str, target: str) -> None:
-    languages = ServedLanguages.of(state.provider)
-    for code, side in ((source, "source"), (target, "target")):
-        if not (side == "source" and dispatch.is_auto(code)) and not languages.supports(code, side):
-            raise InvalidRequest(f"{code} is not supported", field=side)
-
-
 @router.post("/translate", response_model=LibreTranslateResponse)
+@resendable
 async def translate(request: Request):
     state = served(request)
     params = await read_params(request)
@@ -145,7 +150,7 @@ async def translate(request: Request):
     if not form.q:
         raise InvalidRequest(missing("q"), field="q")
     auto = dispatch.is_auto(form.source)
-    check_languages(state, form.source, form.target)
+    check_served(state.provider, None if auto else form.source, form.target)
     candidates = form.alternatives + 1
     job = TranslationJob(
         texts=tuple(texts), fields=("q",) if single else tuple(f"q[{i}]" for i in range(len(texts))),
@@ -162,6 +167,7 @@ async def translate(request: Request):
 
 
 @router.post("/detect", response_model=list[Detection])
+@resendable
 async def detect(request: Request):
     state = served(request)
     params = await read_params(request)
@@ -174,6 +180,7 @@ async def detect(request: Request):
 
 
 @router.post("/translate_file", response_model=FileTranslated)
+@resendable
 async def translate_file(request: Request):
     """A multipart `file` translated as a document job, answered when it is done (as LibreTranslate answers): a URL
     to fetch it. The file is charged the characters of its text against the character quota."""
@@ -185,12 +192,12 @@ async def translate_file(request: Request):
     if not isinstance(upload, UploadFile):
         raise InvalidRequest(missing("file"), field="file")
     form = validated(FileForm, present(params, ["source", "target"]), missing, invalid)
-    check_languages(state, form.source, form.target)
+    auto = dispatch.is_auto(form.source)
+    check_served(state.provider, None if auto else form.source, form.target)
     filename = PurePath(upload.filename or "file")
-    if filename.suffix.lower() not in SUFFIXES:
-        raise InvalidRequest("Invalid request: file format not supported", field="file", limit=list(SUFFIXES))
+    check_file_type(filename.name)
     data = await upload.read()
-    source = None if dispatch.is_auto(form.source) else canonical(form.source)
+    source = None if auto else canonical(form.source)
 
     async def work():
         handle = await state.jobs.submit(caller, data, filename.name, source, canonical(form.target))
@@ -213,6 +220,7 @@ async def download_file(name: str, request: Request):
 
 
 @router.api_route("/languages", methods=["GET", "POST"], response_model=list[LibreLanguage])
+@resendable
 async def languages(request: Request):
     state = served(request)
     languages = ServedLanguages.of(state.provider)

@@ -13,17 +13,18 @@ from model import written_as
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ModelInfo, TextOptions, TranslationJob,
                       TranslationResult)
 from ..errors import ServerError
-from ..front import dispatch
+from ..front import dispatch, generation
+from ..front.access import characters
 from ..glossary_entries import Entries
+from ..settings import Settings
 from . import native_documents
-from .deps import AppState, authorize, caller, served
-from .downloads import attachment
+from .deps import authorize, caller, served
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
-from .access import characters
+from .resending import resendable
 from .schemas import (Alternative, Detected, GenerateRequest, GenerateResponse, Language, ModelCard, ModelLimits,
                       ModelList, TranslateRequest, TranslateResponse, TranslationItem, Usage, request_schemas)
-from .streaming import DONE, event_response, json_response, opened, sse, until_disconnect
+from .streaming import DONE, attachment, event_response, json_response, sse, until_disconnect
 
 
 def translation_job(body: TranslateRequest, glossary: Entries = ()) -> TranslationJob:
@@ -119,24 +120,22 @@ async def translate_file(request: Request):
 
 async def generate(body: GenerateRequest, request: Request):
     state = served(request)
-    job = generation_job(body)
-    service = await dispatch.generator(state.provider, [job], body.model)
+    jobs, spending = [generation_job(body)], state.keys.spending(caller(request), characters([body.text]))
     if not body.stream:
         async def work():
-            async with state.keys.spending(caller(request), characters([body.text])):
-                return json_response(generate_response(await service.generate(job)))
+            result, = await generation.generate(state.provider, jobs, body.model, spending=spending)
+            return json_response(generate_response(result))
 
         return await until_disconnect(request, work())
-    async with state.keys.spending(caller(request), characters([body.text])):
-        events = await opened(service.generate_events(job))
-    return event_response(event_stream(events))
+    stream = await generation.stream(state.provider, jobs, body.model, spending=spending)
+    return event_response(event_stream(stream.events))
 
 
 async def event_stream(events):
     """/v1/generate's server-sent events: text pieces, then the finish reason and usage, then [DONE]; an error
     after the first event is sent as an event in the native error shape."""
     try:
-        async for event in events:
+        async for _, event in events:
             if event.finish_reason is None:
                 yield sse({"text": event.text})
             else:
@@ -168,19 +167,19 @@ def with_body(handler: Callable, schema: type) -> Callable:
     return endpoint
 
 
-def router(state: AppState) -> APIRouter:
-    """The /v1 routes, guarded by the caller's key where keys or limits are configured; made with the app, as the
-    request schemas carry this server's limits."""
-    TranslateBody, GenerateBody = request_schemas(state.settings)
-    routes = APIRouter(dependencies=[Depends(authorize)] if state.keys.enforcing else [])
-    routes.add_api_route("/v1/translate", with_body(translate, TranslateBody), methods=["POST"],
+def router(settings: Settings, guarded: bool) -> APIRouter:
+    """The /v1 routes, `guarded` by the caller's key (keys or limits configured); made with the app, as the request
+    schemas carry this server's limits."""
+    TranslateBody, GenerateBody = request_schemas(settings)
+    routes = APIRouter(dependencies=[Depends(authorize)] if guarded else [])
+    routes.add_api_route("/v1/translate", resendable(with_body(translate, TranslateBody)), methods=["POST"],
                          response_model=TranslateResponse, response_model_exclude_none=True)
-    routes.add_api_route("/v1/translate/file", translate_file, methods=["POST"], response_class=Response,
+    routes.add_api_route("/v1/translate/file", resendable(translate_file), methods=["POST"], response_class=Response,
                          openapi_extra=native_documents.form_schema("source_lang", "target_lang", "model",
                                                                     "glossary_id", "glossary"),
                          responses={200: {"content": {"application/octet-stream": {}}}})
     native_documents.add_routes(routes)
-    routes.add_api_route("/v1/generate", with_body(generate, GenerateBody), methods=["POST"],
+    routes.add_api_route("/v1/generate", resendable(with_body(generate, GenerateBody)), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
     routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)
     return routes

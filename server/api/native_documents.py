@@ -18,12 +18,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from model import SUFFIXES
 
 from ..document_store import Job
-from ..errors import BadBody, InvalidRequest, UnknownModel
+from ..errors import BadBody, InvalidRequest
 from ..front import dispatch
+from ..front.served_languages import check_served
 from .deps import caller, served
-from .downloads import attachment
 from .native_glossaries import job_glossary, json_object
-from .served_languages import ServedLanguages
+from .streaming import attachment
 
 KEY_HEADER = "x-document-key"
 FIELD_LENGTH = 200  # characters of a form's text field (languages, a model's name)
@@ -86,16 +86,10 @@ async def submit(request: Request):
     state = served(request)
     upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model", "glossary_id",
                                                "glossary"), lengths={"glossary": state.settings.max_body_bytes})
-    if fields["model"] is not None and fields["model"] not in {info.id for info in state.provider.models()}:
-        raise UnknownModel(f"model {fields['model']!r} is not served", field="model")
+    dispatch.check_model(state.provider, fields["model"])
     if dispatch.is_auto(fields["source_lang"], detect_missing=False):
         fields["source_lang"] = None  # the model's own source: a document's language is not detected
-    languages = ServedLanguages.of(state.provider)
-    for side in ("source", "target"):
-        code = fields[f"{side}_lang"]
-        if (code or side == "target") and not (code and languages.supports(code, side)):
-            raise InvalidRequest(f"{side}_lang {code!r} is not served; served: {getattr(languages, side + 's')}",
-                                 field=f"{side}_lang")
+    check_served(state.provider, fields["source_lang"], fields["target_lang"])
     glossary = await job_glossary(state, caller(request), fields["glossary_id"],
                                   json_object(fields["glossary"], "glossary"), fields["source_lang"],
                                   fields["target_lang"])

@@ -12,11 +12,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ..errors import InvalidRequest
-from ..front.dispatch import is_auto
+from ..front.glossaries import base_language, creation_time
 from ..glossary_entries import Entries, from_mapping
 from ..glossary_store import Glossary
 from .deps import AppState, authorize, caller, served
-from .glossaries import base_language, creation_time
 from .reading import json_or_none
 
 
@@ -87,10 +86,6 @@ async def job_glossary(state: AppState, who: str | None, glossary_id: str | None
         return from_mapping(inline, "glossary", state.glossaries.limits)
     if glossary_id is None:
         return ()
-    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
-        if code is None or is_auto(code):
-            raise InvalidRequest(f"{name}: required with glossary_id (a glossary has a dictionary per language "
-                                 f"pair)", field=name)
     glossaries = state.glossaries
     return await glossaries.terms(glossaries.owner(who), glossary_id, source_lang, target_lang)
 
@@ -136,10 +131,10 @@ async def delete(glossary_id: str, request: Request):
     return Response(status_code=204)
 
 
-def router(state: AppState) -> APIRouter:
-    """The /v1/glossaries routes, guarded by the caller's key where keys or limits are configured."""
+def router(guarded: bool) -> APIRouter:
+    """The /v1/glossaries routes, `guarded` by the caller's key (keys or limits configured)."""
     routes = APIRouter(prefix="/v1/glossaries", tags=["glossaries"],
-                       dependencies=[Depends(authorize)] if state.keys.enforcing else [])
+                       dependencies=[Depends(authorize)] if guarded else [])
     routes.add_api_route("", create, methods=["POST"], response_model=GlossaryCard, status_code=201)
     routes.add_api_route("", list_glossaries, methods=["GET"], response_model=GlossaryList)
     routes.add_api_route("/{glossary_id}", get, methods=["GET"], response_model=GlossaryCard)

@@ -1,13 +1,14 @@
-"""OpenAI's completions and chat completions, mapped onto /v1/generate's path (ModelService.generate_events): the
+"""OpenAI's completions and chat completions, mapped onto /v1/generate's path (front.generation): the
 official `openai` clients and the tools on top of them (LangChain, front-ends) work with base_url=<server>/v1.
 
-Each prompt (or, in chat, the conversation's text, see `chat_text`: the model's own template if it has one) is one
+Each prompt (or, in chat, the conversation's text, see front.chat: the model's own template if it has one) is one
 generation job; a list of prompts and `n` > 1 are several jobs in the running batch at once, their choices in order
 (prompt by prompt, n each). `n` > 1 draws n samples (temperature 1 unless given; with a `seed` the i-th sample uses
-seed + i); `temperature` 0 is greedy (one beam); no temperature and n 1: the model's own defaults. Prompt tokens are the encoder's tokens, completion
-tokens the generated ones (as the native `usage`). Errors are `{"error": {"message", "type", "param", "code"}}`: 400
-a bad or unsupported parameter (named in `param`), 401 a key rejected, 404 an unknown model, 429 rate limit or
-character quota, 503 the queue full (both with Retry-After). GET /v1/models (native.models) answers OpenAI's list.
+seed + i); `temperature` 0 is greedy (one beam); no temperature and n 1: the model's own defaults. Prompt tokens
+are the encoder's tokens, completion tokens the generated ones (as the native `usage`). Errors are
+`{"error": {"message", "type", "param", "code"}}`: 400 a bad or unsupported parameter (named in `param`), 401 a key
+rejected, 404 an unknown model, 429 rate limit or character quota, 503 the queue full (both with Retry-After).
+GET /v1/models (native.models) answers OpenAI's list.
 """
 
 from __future__ import annotations
@@ -15,23 +16,22 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..domain import DecodeOptions, GenerationJob, StreamEvent
+from ..domain import DecodeOptions, GenerationJob, GenerationResult, StreamEvent
 from ..errors import InvalidRequest, ServerError, TooManyTexts, UnknownModel
-from ..front import dispatch
+from ..front import generation
+from ..front.chat import chat_text
+from ..front.access import QuotaExceeded, characters
 from .deps import AppState, KeySending, caller_of, served
 from .errors import BAD_REQUEST, LIMITS, ErrorStyle, InvalidKey, Names, naming, openai_body
-from .access import QuotaExceeded, characters
 from .reading import read_params, validated
-from .streaming import DONE, event_response, merged, opened, sse, until_disconnect
+from .resending import resendable
+from .streaming import DONE, event_response, sse, until_disconnect
 
 PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 BEARER = KeySending("bearer", None, "Incorrect API key provided: send Authorization: Bearer <key>")
@@ -39,7 +39,6 @@ BEARER = KeySending("bearer", None, "Incorrect API key provided: send Authorizat
 UNSUPPORTED = {"echo": (False,), "suffix": ("",), "logprobs": (False,), "top_logprobs": (0,), "best_of": (1,),
                "logit_bias": ({},), "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],),
                "functions": ([],), "tool_choice": ("none",), "response_format": ({"type": "text"},)}
-SYSTEM_ROLES = ("system", "developer")
 
 
 def owns(path: str) -> bool:
@@ -101,39 +100,6 @@ class ChatRequest(Knobs):
     max_completion_tokens: int | None = Field(None, ge=1)
 
 
-def chat_text(messages: list[Message], template: str | None) -> str:
-    """The encoder's input for a conversation: the model's own chat template where its tokenizer_config.json has
-    one; else (these models have none) the last user message as it is, after the system (developer) messages'
-    texts, each separated by a blank line. Earlier turns are not sent."""
-    if template is not None:
-        return templated(template, messages)
-    users = [m for m in messages if m.role == "user"]
-    if not users:
-        raise InvalidRequest("messages: at least one message with role 'user' is required", field="messages")
-    return "\n\n".join([m.text for m in messages if m.role in SYSTEM_ROLES and m.text] + [users[-1].text])
-
-
-def refuse(message: str):
-    raise TemplateError(message)
-
-
-TEMPLATES = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders them
-TEMPLATES.globals["raise_exception"] = refuse
-
-
-@lru_cache(maxsize=16)
-def compiled(template: str) -> Template:
-    return TEMPLATES.from_string(template)
-
-
-def templated(template: str, messages: list[Message]) -> str:
-    try:
-        return compiled(template).render(messages=[{"role": m.role, "content": m.text} for m in messages],
-                                         add_generation_prompt=True)
-    except TemplateError as e:
-        raise InvalidRequest(f"messages: the model's chat template refused them: {e}", field="messages") from None
-
-
 @dataclass(frozen=True)
 class Shape:
     """What differs between the two endpoints' answers: the object names and how a choice holds its text."""
@@ -161,15 +127,14 @@ def refuse_unsupported(params: dict[str, Any]) -> None:
             raise InvalidRequest(f"{name} is not supported by this server", field=name)
 
 
-def options(body: Knobs, max_tokens: int | None, sample: int) -> DecodeOptions:
-    """The decoding knobs of the `sample`-th choice of a prompt."""
+def options(body: Knobs, max_tokens: int | None) -> DecodeOptions:
+    """The decoding knobs of a prompt's choices (front.generation seeds each choice apart)."""
     if body.temperature == 0:
         if body.n > 1:
             raise InvalidRequest("n > 1 draws n samples: temperature must be above 0", field="n")
         return DecodeOptions(max_new_tokens=max_tokens, num_beams=1)  # greedy
     temperature = body.temperature if body.temperature is not None or body.n == 1 else 1.0
-    seed = None if body.seed is None else (body.seed + sample) % 2**63
-    return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=seed)
+    return DecodeOptions(max_new_tokens=max_tokens, temperature=temperature, top_p=body.top_p, seed=body.seed)
 
 
 def token_limit(body: Knobs) -> tuple[str, int | None]:
@@ -178,13 +143,12 @@ def token_limit(body: Knobs) -> tuple[str, int | None]:
                  if getattr(body, name, None)), ("max_tokens", None))
 
 
-def jobs(body: Knobs, texts: list[str], fields: list[str], samples: int) -> list[GenerationJob]:
-    """`samples` jobs per prompt, prompt by prompt (the n choices of each)."""
+def jobs(body: Knobs, texts: list[str], fields: list[str]) -> list[GenerationJob]:
+    """One job per prompt (front.generation makes its n choices)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     max_tokens = token_limit(body)[1]
-    return [GenerationJob(text=text, options=options(body, max_tokens, sample), stop=stop,
-                          source_lang=body.source_lang, target_lang=body.target_lang, field=name)
-            for text, name in zip(texts, fields) for sample in range(samples)]
+    return [GenerationJob(text=text, options=options(body, max_tokens), stop=stop, source_lang=body.source_lang,
+                          target_lang=body.target_lang, field=name) for text, name in zip(texts, fields)]
 
 
 async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
@@ -198,6 +162,7 @@ async def read(request: Request, schema: type[Knobs]) -> tuple[str, Knobs]:
 
 
 @router.post("/v1/completions")
+@resendable
 async def completions(request: Request):
     state = served(request)
     who, body = await read(request, CompletionRequest)
@@ -210,11 +175,11 @@ async def completions(request: Request):
 
 
 @router.post("/v1/chat/completions")
+@resendable
 async def chat_completions(request: Request):
     state = served(request)
     who, body = await read(request, ChatRequest)
-    template = next((info.chat_template for info in state.provider.models() if info.id == body.model), None)
-    text = chat_text(body.messages, template)
+    text = chat_text(state.provider, body.model, [(m.role, m.text) for m in body.messages])
     naming(request, "messages", max_new_tokens=token_limit(body)[0])
     return await answer(request, state, who, CHAT, body, [text], ["messages"])
 
@@ -222,29 +187,25 @@ async def chat_completions(request: Request):
 async def answer(request: Request, state: AppState, who: str, shape: Shape, body: Knobs, texts: list[str],
                  fields: list[str]):
     """Every choice's events merged into one stream: folded into one answer, or sent as chunks."""
-    # the limits hold for the prompts and n before the n jobs of each prompt are made
-    service = await dispatch.generator(state.provider, jobs(body, texts, fields, 1), body.model, per_text=body.n)
-    choices = jobs(body, texts, fields, body.n)
-    head = {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
-            "model": service.name}
+    prompts, spending = jobs(body, texts, fields), state.keys.spending(who, characters(texts))
     if not body.stream:
         async def work():
-            async with state.keys.spending(who, characters(texts)):
-                outputs, finals = [""] * len(choices), [None] * len(choices)
-                async for index, event in merged([service.generate_events(job) for job in choices]):
-                    outputs[index] += event.text
-                    if event.finish_reason:
-                        finals[index] = event
-            return JSONResponse({**head, "usage": usage(finals, body.n), "choices": [
-                {"index": i, **shape.whole(text), "finish_reason": finish_reason(final), "logprobs": None}
-                for i, (text, final) in enumerate(zip(outputs, finals))]})
+            results = await generation.generate(state.provider, prompts, body.model, body.n, spending)
+            return JSONResponse({**answer_head(shape, results[0].model), "usage": usage(results, body.n), "choices": [
+                {"index": i, **shape.whole(result.text), "finish_reason": finish_reason(result), "logprobs": None}
+                for i, result in enumerate(results)]})
 
         return await until_disconnect(request, work())
-    async with state.keys.spending(who, characters(texts)):
-        events = await opened(merged([service.generate_events(job) for job in choices]))
+    stream = await generation.stream(state.provider, prompts, body.model, body.n, spending)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return event_response(chunks({**head, "object": shape.chunk_object}, shape, events, len(choices), body.n,
-                                 include_usage))
+    return event_response(chunks({**answer_head(shape, stream.model), "object": shape.chunk_object}, shape,
+                                 stream.events, len(prompts) * body.n, body.n, include_usage))
+
+
+def answer_head(shape: Shape, model: str) -> dict:
+    """What every answer and chunk of one request begins with."""
+    return {"id": shape.id_prefix + uuid.uuid4().hex, "object": shape.object, "created": int(time.time()),
+            "model": model}
 
 
 async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_usage: bool):
@@ -274,11 +235,11 @@ async def chunks(head: dict, shape: Shape, events, count: int, n: int, include_u
         await events.aclose()
 
 
-def finish_reason(final: StreamEvent) -> str:
+def finish_reason(final: StreamEvent | GenerationResult) -> str:
     return "length" if final.finish_reason == "length" else "stop"  # "eos" and a stop string alike
 
 
-def usage(finals: list[StreamEvent], n: int) -> dict:
+def usage(finals: list[StreamEvent] | list[GenerationResult], n: int) -> dict:
     """Prompt tokens once per prompt (its n choices share it), completion tokens of every choice."""
     prompt = sum(final.input_tokens for final in finals[::n])
     completion = sum(final.output_tokens for final in finals)

@@ -1,17 +1,16 @@
-"""Helpers every API router uses: cancel work when the client hangs up, server-sent events, streams of events
-started before a response is (so that a refused request is a plain HTTP error) and several streams as one."""
+"""Helpers every API router uses: cancel work when the client hangs up, server-sent events, one JSON answer, a file
+to save."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import AsyncIterator, TypeVar
+from typing import AsyncIterator
+from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
-
-Item = TypeVar("Item")
 
 
 async def until_disconnect(request: Request, work):
@@ -57,48 +56,7 @@ def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def opened(events: AsyncIterator[Item]) -> AsyncIterator[Item]:
-    """`events` with its first item awaited now: validation and queueing errors raise here, before a response has
-    started; closing what is returned closes `events`."""
-    first = await anext(events)
-
-    async def rest():
-        try:
-            yield first
-            async for event in events:
-                yield event
-        finally:
-            await events.aclose()
-
-    return rest()
-
-
-async def merged(streams: list[AsyncIterator[Item]]) -> AsyncIterator[tuple[int, Item]]:
-    """The items of every stream, each with its stream's index, as they come; the first error ends all of them
-    (the other streams are cancelled: their sequences leave the batch)."""
-    queue: asyncio.Queue = asyncio.Queue()
-    done = object()
-
-    async def pump(index: int, stream: AsyncIterator[Item]):
-        try:
-            async for item in stream:
-                queue.put_nowait((index, item))
-            queue.put_nowait((index, done))
-        except Exception as e:
-            queue.put_nowait((index, e))
-
-    tasks = [asyncio.ensure_future(pump(i, stream)) for i, stream in enumerate(streams)]
-    try:
-        running = len(tasks)
-        while running:
-            index, item = await queue.get()
-            if isinstance(item, Exception):
-                raise item
-            if item is done:
-                running -= 1
-            else:
-                yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def attachment(content: bytes, filename: str, media_type: str = "application/octet-stream") -> Response:
+    """A file to save as `filename` (quoted: no quotes or line breaks reach the header)."""
+    return Response(content, media_type=media_type,
+                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}"})

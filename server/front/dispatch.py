@@ -2,7 +2,7 @@
 
     result = await dispatch.translate(provider, job, model=None)
     ranked = dispatch.detect(provider, "Guten Tag", target_lang="en")
-    served = await dispatch.generator(provider, jobs, model=None)
+    results = await generation.generate(provider, jobs, model=None)   # front/generation.py: generation's door
 
 Every request's limits are checked here, once, before any work or charge: the number of texts, the request's
 characters, each text's characters, the beams (front/service.py checks what depends on the model: its token limits,
@@ -27,10 +27,12 @@ from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_langu
 
 from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
                       TranslationJob, TranslationResult)
-from ..errors import BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyTexts
+from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyItems, TooManyTexts,
+                      UnknownModel)
 from ..settings import Settings
 from .language_support import serves
 from .provider import ModelProvider, ServedModel
+from .streams import all_or_none
 
 AUTO = "auto"
 
@@ -51,6 +53,12 @@ def _candidates(provider: ModelProvider, model: str | None, target_lang: str | N
     if target_lang is not None:
         return [info for info in infos if serves(info.codes("target"), target_lang, "target")] or infos[:1]
     return infos if everything else infos[:1]
+
+
+def check_model(provider: ModelProvider, model: str | None) -> None:
+    """A model named (None: the languages pick one) is served: UnknownModel otherwise."""
+    if model is not None and model not in {info.id for info in provider.models()}:
+        raise UnknownModel(f"model {model!r} is not served", field="model")
 
 
 def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:
@@ -87,6 +95,12 @@ def _check_count(settings: Settings, count: int, choices: int = 1) -> None:
         raise TooManyTexts(count, settings.max_texts, choices)
 
 
+def check_items(count: int, limit: int) -> None:
+    """An API's own cap on the texts of one request (DeepL's 50), checked where the API reads them."""
+    if count > limit:
+        raise TooManyItems(count, limit)
+
+
 def _check_characters(settings: Settings, texts: Sequence[str]) -> None:
     """A request's characters, counted as sent (markup too: no DTD expands it, so the text translated is never
     more), before detection or the tokenizer reads them."""
@@ -110,7 +124,7 @@ async def translate(provider: ModelProvider, job: TranslationJob, model: str | N
                     detect_missing: bool = True,
                     spending: AbstractAsyncContextManager = nullcontext()) -> TranslationResult:
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
-    `spending`: the caller's charge for the work (api.access.Keys.spending), entered once the limits hold."""
+    `spending`: the caller's charge for the work (front.access.Keys.spending), entered once the limits hold."""
     _check_count(provider.settings, len(job.texts))
     return await _translate(provider, job, model, detect_missing, spending)
 
@@ -171,12 +185,7 @@ async def _translate_groups(provider: ModelProvider, model: str | None, job: Tra
                        source_lang=language)
         return await (await provider.get(model, language, job.target_lang)).translate(part)
 
-    tasks = [asyncio.ensure_future(run(language, indices)) for language, indices in groups.items()]
-    try:
-        results = await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:  # one group failed: the others stop too
-            task.cancel()
+    results = await all_or_none([run(language, indices) for language, indices in groups.items()])
     texts: list[TranslatedText | None] = [None] * len(job.texts)
     for indices, result in zip(groups.values(), results):
         for i, translated in zip(indices, result.texts):

@@ -1,6 +1,6 @@
 """What the API layer asks of the models it serves, whichever process holds them: a provider of models (the
 models of this process, runtime.local.LocalModels, or of a Ray Serve deployment, runtime.forwarding.ReplicaModels)
-and a served model (ModelService here, or runtime.forwarding.RemoteModel forwarding to another replica)."""
+and a served model (HeldModel here, or runtime.forwarding.RemoteModel forwarding to another replica)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One served model: validates and tokenizes domain jobs, submits them to its engine, assembles results."""
+"""One model this process holds: validates and tokenizes domain jobs, submits them to its engine, assembles results."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManySentences,
+from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
                       TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .decoding import decode_all
 
 
-class ModelService:
-    """`limits`: the server's settings limited to the model (registry.model_limits). `engine`: the model's engine,
-    in this process or in one of its own (`bundle` then needs no weights)."""
+class HeldModel:
+    """A model this process holds, with its engine (a ServedModel; runtime.forwarding.RemoteModel is one another
+    replica holds). `limits`: the server's settings limited to the model (registry.model_limits). `engine`: the
+    model's engine, in this process or in one of its own (`bundle` then needs no weights)."""
 
     def __init__(self, name: str, bundle: ModelBundle, limits: Settings, engine: EngineHandle):
         self.name, self.bundle, self.settings, self.engine = name, bundle, limits, engine
@@ -92,6 +93,7 @@ class ModelService:
         targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
         sources = self._constrained(self._sources(documents.units, fields, source_lang, targets, encoded),
                                     documents.units, job.glossary)
+        self._check_rows(sources, params)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
@@ -116,6 +118,14 @@ class ModelService:
             return [with_glossary(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
         except UnspellableTerm as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
+
+    def _check_rows(self, sources: list[Source], params: DecodeParams) -> None:
+        """Each sentence's decoding rows (DecodeParams.rows: its beams, and the rows its glossary terms add) within the
+        batch's max_batch_rows: the scheduler would never admit one above it, so it is refused before any is queued.
+        (The beams alone are within the batch already: Settings.beam_limit.)"""
+        rows = max((source.decode_params(params).rows for source in sources if source.constraints), default=0)
+        if rows > self.settings.max_batch_rows:
+            raise TooManyRows(params.num_beams, rows, self.settings.max_batch_rows)
 
     def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
                   target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:

@@ -33,14 +33,16 @@ from ray.serve.handle import DeploymentHandle
 
 from .. import metrics
 from ..api import create_app
+from ..document_store import DocumentStore
 from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull
-from ..front import ModelRegistry, ModelService
+from ..front import HeldModel, ModelRegistry
+from ..glossary_store import GlossaryStore
+from ..key_store import KeyStore
 from ..settings import Settings
 from .autoscaling import ReplicaCount, Scaling, autoscaling_config, graceful_shutdown_timeout_s, running_replicas
-from .cluster_document_store import cluster_document_store
-from .cluster_key_store import cluster_glossary_store, cluster_key_store
 from .forwarding import ReplicaModels
+from .head_store import head_store
 from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
 from .process import set_engine_threads
@@ -62,7 +64,7 @@ def request_limits(settings: Settings) -> dict[str, int]:
 class LoadedModel:
     """A model held by Serve's multiplexer; Serve calls __del__ when it evicts the model."""
 
-    def __init__(self, service: ModelService, on_unload):
+    def __init__(self, service: HeldModel, on_unload):
         self.service, self.on_unload = service, on_unload
 
     def __del__(self):
@@ -82,7 +84,7 @@ class ModelServer:
             metrics.enable_ray_export(ray_metrics)
         # Ray sets OMP_NUM_THREADS to the replica's num_cpus: its share of the machine
         set_engine_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()), settings)
-        self.loaded: dict[str, ModelService] = {}
+        self.loaded: dict[str, HeldModel] = {}
         self.replicas = ReplicaCount(log)  # this deployment's, for /v1/models and the s2s_replicas gauge
         self.draining = False  # set when Serve removes this replica: readiness then says so
 
@@ -94,9 +96,9 @@ class ModelServer:
         self.load = serve.multiplexed(max_num_models_per_replica=settings.max_models_per_replica)(load)
 
     def __serve_build_asgi_app__(self):
-        app = create_app(ReplicaModels(self), self.settings, cluster_key_store(self.settings.key_store),
-                         cluster_glossary_store(self.settings.key_store),
-                         cluster_document_store(str(self.settings.documents_path)))
+        keys, documents = self.settings.key_store, str(self.settings.documents_path)
+        app = create_app(ReplicaModels(self), self.settings, head_store(KeyStore, keys),
+                         head_store(GlossaryStore, keys), head_store(DocumentStore, documents))
         if self.settings.replica_http:  # Serve runs the app's lifespan; this server only serves requests
             server = uvicorn_server(app, self.settings, lifespan="off")
             sock = reuseport_socket(self.settings.host, self.settings.port)
@@ -140,7 +142,7 @@ class ModelServer:
         return LoadedModel(service, lambda name: self.loaded.pop(name, None))
 
     # ---- jobs forwarded by another replica (RemoteModel), for the model id Serve routed them by ------------
-    async def service(self) -> ModelService:
+    async def service(self) -> HeldModel:
         return (await self.load(serve.get_multiplexed_model_id())).service
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
@@ -183,7 +185,7 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
     """The application: ModelServer replicas (the HTTP app and the engines), with every Serve option of theirs set
     here (a Serve config's `deployments:` section may override them): `replicas` of them, or with `scaling` as
     many as the load asks for (runtime.autoscaling). A relative key store is resolved here, where
-    the application is built (on the head node, whose file every replica's counts go to: runtime.cluster_key_store)."""
+    the application is built (on the head node, whose file every replica's counts go to: runtime.head_store)."""
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))
     model_server = ModelServer.options(
         **({"autoscaling_config": autoscaling_config(settings, scaling)} if scaling else {"num_replicas": replicas}),

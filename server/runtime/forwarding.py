@@ -14,10 +14,10 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from ..api.streaming import opened
 from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull, ServerError
-from ..front import ModelService
+from ..front import HeldModel
+from ..front.streams import opened
 from .local import RegisteredModels
 from .replica_lost import ReplicaLost, once_more_if_lost
 
@@ -37,7 +37,7 @@ def unwrap(error: Exception) -> Exception:
 
 
 class RemoteModel:
-    """The ModelService interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
+    """The HeldModel interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
     back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
     unary call to itself only adds a hop. A job whose replica died before answering (a stream: before its first
@@ -45,7 +45,7 @@ class RemoteModel:
 
     def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local, timeout_s: float):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
-        self.this_replica, self.local = this_replica, local  # local: async (name) -> ModelService
+        self.this_replica, self.local = this_replica, local  # local: async (name) -> HeldModel
         self.timeout_s = timeout_s  # the request's (Settings.request_timeout_s)
 
     async def translate(self, job: TranslationJob) -> TranslationResult:
@@ -59,7 +59,7 @@ class RemoteModel:
         return await once_more_if_lost(lambda _: self._unary_once(method, job), self.timeout_s, arrived)
 
     async def _unary_once(self, method: str, job):
-        """`method` of ModelServer (and of ModelService) on the replica Serve picks, or here."""
+        """`method` of ModelServer (and of HeldModel) on the replica Serve picks, or here."""
         async with self._route(method, job) as replica:
             if replica is not None:
                 return await self.handle.dispatch(replica, job)
@@ -120,7 +120,7 @@ class ReplicaModels(RegisteredModels):
     def models(self) -> list[ModelInfo]:
         return [replace(info, replicas=self.server.replicas.value) for info in super().models()]
 
-    async def local(self, name: str) -> ModelService:
+    async def local(self, name: str) -> HeldModel:
         """The model in this replica, loaded here if need be, through the multiplexer: it keeps the LRU order."""
         return (await self.server.load(name)).service
 

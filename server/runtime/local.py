@@ -9,7 +9,7 @@ from model import load, resolve_placement
 
 from .. import metrics
 from ..domain import ModelInfo
-from ..front import ModelEntry, ModelRegistry, ModelService, model_info, model_limits
+from ..front import HeldModel, ModelEntry, ModelRegistry, model_info, model_limits
 from ..engine.loop import start_engine_loop
 from ..metrics import EngineStats
 from ..settings import Settings
@@ -17,27 +17,27 @@ from .engine_process import EngineProcess
 from .process import in_passing_thread, load_weights
 
 
-def load_service(entry: ModelEntry, settings: Settings) -> ModelService:
+def load_service(entry: ModelEntry, settings: Settings) -> HeldModel:
     """The model at `entry` served from this process: with `engine_process` on the CPU, its weights and engine loop
     in a child process and only its tokenizer here; otherwise all of it here."""
     device = resolve_placement(settings.device, settings.dtype)[0]
     if settings.engine_process and device == "cpu":
         bundle = load(entry.path, weights=False)
         limits = model_limits(settings, bundle.max_positions)
-        return ModelService(entry.name, bundle, limits,
+        return HeldModel(entry.name, bundle, limits,
                             EngineProcess(entry.path, limits, entry.name, torch.get_num_threads()))
 
-    def build() -> ModelService:
+    def build() -> HeldModel:
         bundle = load_weights(entry.path, settings)
         limits = model_limits(settings, bundle.max_positions)
         engine = start_engine_loop(bundle, limits, EngineStats(entry.name), limits.max_waiting_sequences)
-        return ModelService(entry.name, bundle, limits, engine)
+        return HeldModel(entry.name, bundle, limits, engine)
 
     # On a GPU the CUDA graphs are captured where the engine is built: kept in this thread, as they were tested.
     return in_passing_thread(build) if device == "cpu" else build()
 
 
-def services_health(services: list[ModelService], stale_after_s: float) -> tuple[bool, str]:
+def services_health(services: list[HeldModel], stale_after_s: float) -> tuple[bool, str]:
     for service in services:
         if not service.engine.alive:
             return False, f"{service.name}: the engine loop has stopped"
@@ -69,7 +69,7 @@ class LocalModels(RegisteredModels):
         self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
     async def get(self, name: str | None, source_lang: str | None = None,
-                  target_lang: str | None = None) -> ModelService:
+                  target_lang: str | None = None) -> HeldModel:
         return self.services[self.registry.resolve(name, source_lang, target_lang)]
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]:

@@ -6,33 +6,24 @@ it) and a replica forwarding a job for a model it does not hold (runtime.forward
 
 Serve's router marks a replica dead when a request to it fails with its death, so the second attempt goes to a
 live one. A stream that started is never sent again (its client has part of it); a request is sent again at most once,
-and only one whose work may run twice (`repeatable`). Serve's proxy alone answers such a request with a bare 500.
+and only one whose work may run twice, as its route declares (api.resending). Serve's proxy alone answers such a
+request with a bare 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ..errors import EngineFailed
+from ..settings import Settings
 
 log = logging.getLogger("ray.serve")  # what Serve writes to its processes' logs
 T = TypeVar("T")
-
-
-# The last part of the routes whose answer is computed from the request alone (translations, generations,
-# detections, listings): the dead replica may have done the work, and doing it again changes nothing stored.
-REPEATABLE_ENDINGS = frozenset({"translate", "generate", "completions", "detect", "file", "translate_file",
-                                "languages", "models", "usage"})
-
-
-def repeatable(method: str, path: str) -> bool:
-    """Whether a request lost with its replica may be sent again: not one that stores something (a glossary, a
-    document job, a deletion), which the dead replica may have stored already."""
-    return method in ("GET", "HEAD") or path.rstrip("/").rsplit("/", 1)[-1] in REPEATABLE_ENDINGS
 
 
 class ReplicaLost(EngineFailed):
@@ -40,13 +31,16 @@ class ReplicaLost(EngineFailed):
 
 
 async def once_more_if_lost(attempt: Callable[[asyncio.Timeout | None], Awaitable[T]], timeout_s: float,
-                            arrived: float) -> T:
-    """`attempt(None)`; if it raises ReplicaLost, `attempt(timeout)` once more, under the request's timeout,
-    `timeout_s` from `arrived` (event loop time); the attempt may lift `timeout` once its answer starts (a stream
-    may run long: the replica bounds its own work). Raises ReplicaLost when the second is lost too or runs late."""
+                            arrived: float, resendable: Callable[[], bool] = lambda: True) -> T:
+    """`attempt(None)`; if it raises ReplicaLost and `resendable()`, `attempt(timeout)` once more, under the
+    request's timeout, `timeout_s` from `arrived` (event loop time); the attempt may lift `timeout` once its answer
+    starts (a stream may run long: the replica bounds its own work). Raises ReplicaLost when the second is lost too
+    or runs late."""
     try:
         return await attempt(None)
     except ReplicaLost:
+        if not resendable():
+            raise
         retried_at = time.monotonic()
     try:
         async with asyncio.timeout_at(arrived + timeout_s) as timeout:
@@ -60,10 +54,18 @@ async def once_more_if_lost(attempt: Callable[[asyncio.Timeout | None], Awaitabl
 
 class RetryLostReplica:
     """ASGI middleware around Serve's HTTP proxy, which sends nothing back when a request's replica dies.
-    `timeout_s`: the request's timeout (Settings.request_timeout_s)."""
+    `timeout_s`: the request's timeout (Settings.request_timeout_s); `settings`: the app's, whose routes say what
+    may be sent again."""
 
-    def __init__(self, app, timeout_s: float):
-        self.app, self.timeout_s = app, timeout_s
+    def __init__(self, app, timeout_s: float, settings: Settings | None = None):
+        self.app, self.timeout_s, self.settings = app, timeout_s, settings or Settings()
+
+    @functools.cached_property
+    def resending(self):
+        """The routes' rule (api.resending), made at the first lost replica: it imports the app's modules."""
+        from ..api.app import resending
+
+        return resending(self.settings)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -90,10 +92,7 @@ class RetryLostReplica:
                 raise ReplicaLost("the replica serving this request died; retry")
 
         try:
-            if repeatable(scope["method"], scope["path"]):
-                await once_more_if_lost(attempt, self.timeout_s, arrived)
-            else:
-                await attempt(None)
+            await once_more_if_lost(attempt, self.timeout_s, arrived, lambda: self.resending.allows(scope))
         except ReplicaLost as error:
             if not disconnected:  # else nobody is there to answer
                 from ..api.app import render
@@ -125,6 +124,5 @@ def proxy_middlewares() -> list:
     """Serve's HTTP proxies call this at start (RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names it)."""
     from starlette.middleware import Middleware
 
-    from ..settings import Settings
-
-    return [Middleware(RetryLostReplica, timeout_s=Settings.from_env().request_timeout_s)]
+    settings = Settings.from_env()
+    return [Middleware(RetryLostReplica, timeout_s=settings.request_timeout_s, settings=settings)]

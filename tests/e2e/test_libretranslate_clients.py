@@ -12,8 +12,8 @@ from libretranslatepy import LibreTranslateAPI
 from num2words import num2words
 from server_process import running_server
 
-from server.api.downloads import Downloads
-from server.api.served_languages import ServedLanguages, canonical, public_code
+from server.front.downloads import Downloads
+from server.front.served_languages import ServedLanguages, canonical, public_code
 from server.domain import LanguageInfo, ModelInfo
 
 MAX_CHARS = 400

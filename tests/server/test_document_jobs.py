@@ -257,9 +257,8 @@ def test_a_server_shutting_down_queues_its_job_again(tmp_path):
     process to take at once."""
     import asyncio
 
-    from server.api.access import Keys
-    from server.api.document_jobs import DocumentJobs
-    from server.document_store import LocalDocumentStore
+    from server.front.access import Keys
+    from server.front.document_jobs import DocumentJobs
     from server.key_store import KeyStore
 
     class Stuck:  # a model that never finishes translating
@@ -274,8 +273,7 @@ def test_a_server_shutting_down_queues_its_job_again(tmp_path):
 
     async def scenario():
         store = DocumentStore(tmp_path / "documents")
-        jobs = DocumentJobs(LocalDocumentStore(store), Provider(), Keys(Provider.settings,
-                                                                        KeyStore(tmp_path / "k.sqlite")),
+        jobs = DocumentJobs(store, Provider(), Keys(Provider.settings, KeyStore(tmp_path / "k.sqlite")),
                             Provider.settings)
         jobs.start()
         job_id, key = await jobs.submit("me", b"seven", "a.txt", None, "de")

@@ -7,7 +7,7 @@ import time
 import pytest
 from server_process import in_process_client, within_one_minute
 
-from server.api.access import Keys, QuotaExceeded, RateLimited
+from server.front.access import Keys, QuotaExceeded, RateLimited
 from server.key_store import KeyStore, key_id
 from server.settings import Settings
 

@@ -100,3 +100,28 @@ def test_scheduler_and_sequences_import_neither_torch_nor_fastapi():
              "print(sorted(m for m in ('torch', 'fastapi', 'model') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# What server/api/ may raise: its reading of a request (a parameter missing or malformed, a body that cannot be read,
+# a key or an Accept header it cannot use, a page or a download it does not have). Every policy (languages, file
+# types, models, glossaries, limits, quotas) is a typed error raised in the front and worded by each API's table.
+PARSING_ERRORS = {"InvalidRequest", "BadBody", "InvalidKey", "TsvNotAccepted", "FileNotFound",
+                  "StarletteHTTPException", "error"}  # deps.KeySending.error: how an API answers a key it cannot use
+
+
+def raised(path: Path) -> set[str]:
+    """The classes a file raises by name (`raise X(...)`, `raise X`); a re-raise of a caught error names none."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id[:1].isupper():
+                names.add(target.id)
+            elif isinstance(target, ast.Attribute):
+                names.add(target.attr)
+    return names
+
+
+def test_api_raises_only_errors_of_reading_a_request():
+    for path in (SERVER / "api").rglob("*.py"):
+        assert raised(path) <= PARSING_ERRORS, (path, raised(path) - PARSING_ERRORS)

@@ -8,7 +8,7 @@ import contextlib
 import httpx
 import pytest
 
-from server.api.streaming import opened
+from server.front.streams import opened
 from server.runtime.replica_lost import ReplicaLost, RetryLostReplica, once_more_if_lost
 
 
@@ -83,3 +83,25 @@ def test_a_stream_goes_once_more_only_if_its_replica_died_before_its_first_event
 
     assert asyncio.run(events(lost_after=0)) == ([1, 1], [0, 1, 2])  # lost before anything: sent once more
     assert asyncio.run(events(lost_after=2)) == ([1], [0, 1])  # lost mid-stream: its client has part of it
+
+
+def test_routes_declare_what_may_be_sent_again():
+    """A route marked resendable (its answer computed from the request alone) and every read may go once more, under
+    a route prefix too; a route that stores something may not, nor a path no route serves."""
+    from server.api.app import resending
+    from server.settings import Settings
+
+    rule = resending(Settings())
+
+    def allows(method: str, path: str) -> bool:
+        return rule.allows({"type": "http", "method": method, "path": path, "root_path": ""})
+
+    assert all(allows("POST", path) for path in (
+        "/v1/translate", "/v1/translate/file", "/v1/generate", "/v1/completions", "/v1/chat/completions",
+        "/translate", "/detect", "/translate_file", "/languages", "/v2/translate", "/v2/languages", "/v2/usage",
+        "/app/v1/translate"))
+    assert allows("GET", "/v1/models") and allows("GET", "/v1/documents/ABC/result")
+    assert not any(allows(method, path) for method, path in (
+        ("POST", "/v1/glossaries"), ("PATCH", "/v1/glossaries/g"), ("DELETE", "/v1/glossaries/g"),
+        ("POST", "/v1/documents"), ("POST", "/v2/document"), ("POST", "/v2/document/ABC/result"),
+        ("POST", "/v2/glossaries"), ("POST", "/v3/glossaries"), ("POST", "/v1/nothing")))

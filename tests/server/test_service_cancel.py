@@ -10,7 +10,7 @@ from model import Hypothesis, demo_model_dir, load
 from server.domain import DecodeOptions, GenerationJob
 from server.engine.loop import EngineHandle
 from server.engine.sequence import FinalOutput, TokenOutput
-from server.front import ModelService, model_limits
+from server.front import HeldModel, model_limits
 from server.settings import Settings
 
 TOKENS = 100
@@ -47,7 +47,7 @@ class TokenEveryTurn(EngineHandle):
 @pytest.fixture(scope="module")
 def service():
     bundle = load(demo_model_dir(), weights=False)
-    return ModelService("demo", bundle, model_limits(Settings(dtype="float32"), bundle.max_positions),
+    return HeldModel("demo", bundle, model_limits(Settings(dtype="float32"), bundle.max_positions),
                         TokenEveryTurn())
 
 

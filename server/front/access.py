@@ -5,22 +5,22 @@ A caller is its key (its hash) when the store held active keys at start (SERVER_
 client address. A key's own limits apply where it has them, the server's settings (rate_limit_per_minute,
 character_quota) where it has not. The keys are read from the store again every KEYS_FRESH_S, so a key added or
 removed with `python -m server.keys` takes effect within that; the counts are the store's, exact across processes.
-The count calls are awaited: a replica off a Ray cluster's head node counts over the network
-(runtime.cluster_key_store), and its event loop serves others meanwhile. Each API reads the key its own way and renders
-these errors in its own shape.
+The count calls are awaited (server.stores): in a thread on this machine's file, or over the network from a replica
+off a Ray cluster's head node (runtime.head_store), and the event loop serves others meanwhile. Each API reads the
+key its own way and renders these errors in its own shape.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from contextlib import asynccontextmanager
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from ..errors import ServerError
 from ..key_store import KeyRecord, KeyStore, key_id
 from ..settings import Settings
+from ..stores import Store
 
 WINDOW_S = 60  # requests are counted per clock minute, which every process reads alike
 KEYS_FRESH_S = 2.0  # how long a process trusts its copy of the keys
@@ -43,25 +43,16 @@ def characters(texts: Iterable[str]) -> int:
     return sum(map(len, texts))
 
 
-async def awaited(answer: Any) -> Any:
-    """A store's answer: at once from a file, awaited from a Ray cluster's head node (runtime.cluster_key_store)."""
-    return await answer if inspect.isawaitable(answer) else answer
-
-
 class Keys:
     """Who may call, how often (requests per clock minute), and how many characters in all."""
 
-    def __init__(self, settings: Settings, store: KeyStore, clock: Callable[[], float] = time.time):
+    def __init__(self, settings: Settings, store: Store[KeyStore], clock: Callable[[], float] = time.time):
         self.per_minute, self.quota = settings.rate_limit_per_minute, settings.character_quota
         self.store, self.clock = store, clock
-        store.sync_env(settings.api_keys)
-        self.keys: dict[str, KeyRecord] = store.active()
+        store.now(KeyStore.sync_env, settings.api_keys)
+        self.keys: dict[str, KeyRecord] = store.now(KeyStore.active)
         self.keys_read, self.minute = clock(), int(clock() // WINDOW_S)
         self.required = bool(self.keys)  # fixed at start: the first key added to an open server needs a restart
-
-    async def count(self, method: str, *args: Any) -> Any:
-        """The store's `method`: answered at once by a file, awaited from a cluster's head node."""
-        return await awaited(getattr(self.store, method)(*args))
 
     def caller(self, key: str | None, address: str | None) -> str | None:
         """The caller's identity: the key's hash when keys are required (None: missing or not an active key),
@@ -69,7 +60,7 @@ class Keys:
         if not self.required:
             return f"address:{address or 'unknown'}"
         if self.clock() - self.keys_read > KEYS_FRESH_S:
-            self.keys, self.keys_read = self.store.active(), self.clock()
+            self.keys, self.keys_read = self.store.now(KeyStore.active), self.clock()
         found = key and key_id(key)
         return found if found in self.keys else None
 
@@ -88,8 +79,8 @@ class Keys:
         minute, limit = int(now // WINDOW_S), self.limits(caller)[0]
         if minute != self.minute:  # once a minute per process: earlier minutes are of no more use
             self.minute = minute
-            await self.count("forget_minutes_before", minute - 1)
-        if not await self.count("admit", caller, minute, limit):
+            await self.store.run(KeyStore.forget_minutes_before, minute - 1)
+        if not await self.store.run(KeyStore.admit, caller, minute, limit):
             raise RateLimited(limit, max(1, math.ceil((minute + 1) * WINDOW_S - now)))
 
     @property
@@ -110,16 +101,16 @@ class Keys:
             yield
             return
         quota = self.limits(caller)[1]
-        if await self.count("charge", caller, characters, quota) is None:
-            used = (await self.count("usage", caller))[0]
+        if await self.store.run(KeyStore.charge, caller, characters, quota) is None:
+            used = (await self.store.run(KeyStore.usage, caller))[0]
             raise QuotaExceeded(f"character quota exceeded: {used} of {quota} used, this request has "
                                 f"{characters}", limit=quota)
         try:
             yield
         except BaseException:
-            await self.count("refund", caller, characters)
+            await self.store.run(KeyStore.refund, caller, characters)
             raise
 
     async def usage(self, caller: str) -> tuple[int, int | None]:
         """(characters used, the quota or None)."""
-        return (await self.count("usage", caller))[0], self.limits(caller)[1] or None
+        return (await self.store.run(KeyStore.usage, caller))[0], self.limits(caller)[1] or None

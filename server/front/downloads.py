@@ -13,15 +13,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable
-from urllib.parse import quote
-
-from fastapi.responses import Response
-
-
-def attachment(content: bytes, filename: str, media_type: str = "application/octet-stream") -> Response:
-    """A file to save as `filename` (quoted: no quotes or line breaks reach the header)."""
-    return Response(content, media_type=media_type,
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}"})
 
 
 @dataclass(frozen=True)

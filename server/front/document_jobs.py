@@ -15,16 +15,17 @@ import asyncio
 import logging
 import time
 from pathlib import PurePath
-from typing import Protocol
 
-from model import written_as
+from model import SUFFIXES, written_as
 
-from ..document_store import Job
-from ..errors import InvalidRequest, ServerError
-from ..front import ModelProvider, dispatch
+from ..document_store import DocumentStore, Job
+from ..errors import InvalidRequest, ServerError, UnsupportedFileType
 from ..glossary_entries import Entries
 from ..settings import Settings
+from ..stores import Store
+from . import dispatch
 from .access import Keys
+from .provider import ModelProvider
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,13 @@ def output_suffix(suffix: str, asked: str | None) -> str:
     return own
 
 
+def check_file_type(filename: str) -> None:
+    """A document's kind, by its suffix, one of those read (model.SUFFIXES): UnsupportedFileType otherwise."""
+    suffix = PurePath(filename).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UnsupportedFileType(filename, suffix, SUFFIXES)
+
+
 class DocumentNotFound(ServerError):
     status, code = 404, "not_found"
 
@@ -50,15 +58,8 @@ class DocumentNotReady(ServerError):
     status, code = 503, "not_ready"
 
 
-class DocumentCalls(Protocol):
-    """Where the jobs are: a DocumentStore's methods by name, awaited (document_store.LocalDocumentStore, or a Ray
-    cluster's head node: runtime.cluster_document_store)."""
-
-    async def call(self, method: str, *args): ...
-
-
 class DocumentJobs:
-    def __init__(self, store: DocumentCalls, provider: ModelProvider, keys: Keys, settings: Settings):
+    def __init__(self, store: Store[DocumentStore], provider: ModelProvider, keys: Keys, settings: Settings):
         self.store, self.provider, self.keys, self.settings = store, provider, keys, settings
         self.submitted = asyncio.Event()  # a job submitted here: no need to wait for the next poll
         self.task: asyncio.Task | None = None
@@ -72,15 +73,15 @@ class DocumentJobs:
         written = output_suffix(suffix, output_format)
         parsed = await dispatch.read_document(self.provider, data, suffix)
         dispatch.check_job(self.provider, parsed)
-        handle = await self.store.call("submit", owner, filename, suffix, written, source_lang, target_lang, model,
-                                       glossary, parsed.characters, data)
+        handle = await self.store.run(DocumentStore.submit, owner, filename, suffix, written, source_lang,
+                                      target_lang, model, glossary, parsed.characters, data)
         self.submitted.set()
         return handle
 
     async def owned(self, job_id: str, key: str, owner: str) -> Job:
         """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
         tells nothing about the id)."""
-        job = await self.store.call("find", job_id, key, owner)
+        job = await self.store.run(DocumentStore.find, job_id, key, owner)
         if job is None:
             raise DocumentNotFound("Document not found", field="document_id")
         return job
@@ -92,7 +93,7 @@ class DocumentJobs:
             raise DocumentNotFound(f"Document translation failed: {job.error_message}", field="document_id")
         if job.status != "done":
             raise DocumentNotReady("Document translation is not done", field="document_id")
-        data = await self.store.call("take", job)
+        data = await self.store.run(DocumentStore.take, job)
         if data is None:
             raise DocumentNotFound("Document not found", field="document_id")
         return data
@@ -119,7 +120,7 @@ class DocumentJobs:
     async def _serve(self) -> None:
         while True:
             try:  # a locked or full disk: the jobs wait (a claimed one is taken over), the runner lives on
-                await self.store.call("expire", self.settings.job_ttl_s)
+                await self.store.run(DocumentStore.expire, self.settings.job_ttl_s)
                 job = await self._claim()
                 if job is not None:
                     await self._run(job)
@@ -136,14 +137,14 @@ class DocumentJobs:
     async def _claim(self) -> Job | None:
         """The next job, now this process's. A claim's statement runs to its end in its thread: a shutdown meeting it
         queues what it took again."""
-        claiming = asyncio.ensure_future(self.store.call("claim", self.settings.job_stale_s,
-                                                         self.settings.job_attempts))
+        claiming = asyncio.ensure_future(self.store.run(DocumentStore.claim, self.settings.job_stale_s,
+                                                        self.settings.job_attempts))
         try:
             return await asyncio.shield(claiming)
         except asyncio.CancelledError:
             job = await claiming
             if job is not None:
-                await self.store.call("release", job.id)
+                await self.store.run(DocumentStore.release, job.id)
             raise
 
     async def _run(self, job: Job) -> None:
@@ -153,28 +154,28 @@ class DocumentJobs:
         async def progress(share: float) -> None:
             nonlocal done
             done = share
-            await self.store.call("progress", job.id, round(share * job.characters))
+            await self.store.run(DocumentStore.progress, job.id, round(share * job.characters))
 
         try:
-            data = await self.store.call("upload", job.id)
+            data = await self.store.run(DocumentStore.upload, job.id)
             parsed = await dispatch.read_document(self.provider, data, job.suffix)
             translated = await dispatch.translate_file(
                 self.provider, parsed, job.source_lang, job.target_lang, job.model,
                 spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
                 progress=progress, glossary=job.glossary)
-            await self.store.call("finish", job.id, translated)
+            await self.store.run(DocumentStore.finish, job.id, translated)
         except asyncio.CancelledError:
-            await self.store.call("release", job.id)
+            await self.store.run(DocumentStore.release, job.id)
             raise
         except ServerError as e:
-            await self.store.call("fail", job.id, e.message)
+            await self.store.run(DocumentStore.fail, job.id, e.message)
         except Exception as e:
             log.exception("document job %s", job.id)
-            await self.store.call("fail", job.id, f"internal error: {type(e).__name__}")
+            await self.store.run(DocumentStore.fail, job.id, f"internal error: {type(e).__name__}")
         finally:
             beating.cancel()
 
     async def _beat(self, job: Job, done) -> None:
         while True:
             await asyncio.sleep(self.settings.job_stale_s / 3)
-            await self.store.call("progress", job.id, round(done() * job.characters))
+            await self.store.run(DocumentStore.progress, job.id, round(done() * job.characters))

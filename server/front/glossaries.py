@@ -1,5 +1,5 @@
 """Glossaries as every API uses them (DeepL's v2 and v3, the native /v1): whose a glossary is, the store's answers
-(a file, or the head node's actor on a Ray cluster: awaited either way), the language pairs the served models
+(server.stores: a file, or the head node's on a Ray cluster, awaited either way), the language pairs the served models
 translate, and the entries a translation job keeps.
 
 A glossary belongs to the caller's key when the server has keys, else to everyone ("", one namespace). Languages are
@@ -15,12 +15,14 @@ from typing import Sequence
 
 from model import iso_code
 
-from ..errors import GlossaryNotFound, InvalidRequest
-from ..front import ModelProvider
+from ..errors import GlossaryNeedsLanguage, GlossaryNotFound, InvalidRequest
 from ..glossary_entries import Entries, EntryLimits, checked_name
 from ..glossary_store import Glossary, GlossaryStore, NewDictionary
 from ..settings import Settings
-from .access import Keys, awaited
+from ..stores import Store
+from .access import Keys
+from .dispatch import is_auto
+from .provider import ModelProvider
 from .served_languages import ServedLanguages, canonical
 
 UNSUPPORTED_PAIR = "Unsupported glossary source and target language pair"  # DeepL's words
@@ -49,7 +51,7 @@ def language_pairs(provider: ModelProvider) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Glossaries:
-    store: GlossaryStore  # or runtime.cluster_key_store.RemoteGlossaryStore: the same calls, awaited
+    store: Store[GlossaryStore]
     settings: Settings
     keys: Keys
 
@@ -74,37 +76,41 @@ class Glossaries:
         pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
         if len(set(pairs)) < len(pairs):
             raise InvalidRequest("dictionaries: one dictionary per language pair", field="dictionaries")
-        return await awaited(self.store.create(owner, checked_name(name), dictionaries, self.settings.max_glossaries,
-                                               self.settings.max_glossary_bytes))
+        return await self.store.run(GlossaryStore.create, owner, checked_name(name), dictionaries,
+                                    self.settings.max_glossaries, self.settings.max_glossary_bytes)
 
     async def glossaries(self, owner: str) -> list[Glossary]:
-        return await awaited(self.store.glossaries(owner))
+        return await self.store.run(GlossaryStore.glossaries, owner)
 
     async def get(self, owner: str, glossary_id: str) -> Glossary:
-        return _found(await awaited(self.store.get(owner, glossary_id)))
+        return _found(await self.store.run(GlossaryStore.get, owner, glossary_id))
 
     async def entries(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries:
         """A dictionary's entries; GlossaryNotFound when the glossary or that dictionary is not there."""
-        return _found(await awaited(self.store.entries(owner, glossary_id, base_language(source_lang),
-                                                       base_language(target_lang))))
+        return _found(await self.store.run(GlossaryStore.entries, owner, glossary_id, base_language(source_lang),
+                                           base_language(target_lang)))
 
     async def update(self, owner: str, glossary_id: str, name: str | None = None,
                      merged: Sequence[NewDictionary] = (), replaced: Sequence[NewDictionary] = ()) -> Glossary:
         name = name if name is None else checked_name(name)
-        return _found(await awaited(self.store.update(owner, glossary_id, name, list(merged), list(replaced),
-                                                      self.settings.max_glossary_bytes)))
+        return _found(await self.store.run(GlossaryStore.update, owner, glossary_id, name, list(merged),
+                                           list(replaced), self.settings.max_glossary_bytes))
 
     async def delete(self, owner: str, glossary_id: str) -> None:
-        _found(await awaited(self.store.delete(owner, glossary_id)) or None)
+        _found(await self.store.run(GlossaryStore.delete, owner, glossary_id) or None)
 
     async def delete_dictionary(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> None:
-        deleted = await awaited(self.store.delete_dictionary(owner, glossary_id, base_language(source_lang),
-                                                             base_language(target_lang)))
+        deleted = await self.store.run(GlossaryStore.delete_dictionary, owner, glossary_id,
+                                       base_language(source_lang), base_language(target_lang))
         _found(deleted or None)
 
     async def terms(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries:
         """The entries a job translating `source_lang` into `target_lang` keeps: the glossary's dictionary for that
-        pair (404 when the glossary is not the caller's; 400 naming glossary_id when it has no such dictionary)."""
+        pair (404 when the glossary is not the caller's; 400 naming glossary_id when it has no such dictionary). Both
+        languages are required, neither "auto": they pick the dictionary (GlossaryNeedsLanguage)."""
+        for knob, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+            if not code or is_auto(code):
+                raise GlossaryNeedsLanguage(knob)
         glossary = await self.get(owner, glossary_id)
         source, target = base_language(source_lang), base_language(target_lang)
         if not any((d.source_lang, d.target_lang) == (source, target) for d in glossary.dictionaries):

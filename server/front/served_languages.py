@@ -13,8 +13,9 @@ from functools import lru_cache
 from langcodes import Language
 
 from ..domain import LanguageInfo, ModelInfo
-from ..front import ModelProvider
-from ..front.language_support import serves
+from ..errors import LanguageNotServed
+from .language_support import serves
+from .provider import ModelProvider
 
 # LibreTranslate's older codes (zh was Simplified Chinese, zt Traditional, pb Brazilian Portuguese); DeepL's ZH is
 # Simplified Chinese too. Without the alias, `zh` is ambiguous on a model with both scripts.
@@ -76,3 +77,12 @@ class ServedLanguages:
         """Whether some served model has `requested` as a source (side "source") or target language."""
         code = canonical(requested)
         return any(serves(info.codes(side), code, side) for info in self.models)
+
+
+def check_served(provider: ModelProvider, source: str | None, target: str | None) -> None:
+    """Both languages served, the source checked first: LanguageNotServed otherwise. No source (None or empty) is
+    the model's own or one detected (the caller reads "auto" as its API means it); a target is required."""
+    languages = ServedLanguages.of(provider)
+    for side, code in (("source", source), ("target", target)):
+        if (code or side == "target") and not (code and languages.supports(code, side)):
+            raise LanguageNotServed(side, code, languages.sources if side == "source" else languages.targets)
