@@ -138,6 +138,7 @@ class ModelInfo:
     chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
     device: str = "cpu"  # where its weights run, and in which number format (`auto` resolved)
     dtype: str = "float32"
+    kernels: str | None = None  # on a CPU: the instruction sets its kernels may use (oneDNN's rung, ATen's)
     replicas: int | None = None  # Ray Serve: the application's model replicas now; None without Serve
 
     def codes(self, side: str) -> tuple[str, ...]:

@@ -167,6 +167,8 @@ class ModelCard(BaseModel):
     default_beam_size: int
     device: str = Field(description="where the model runs: cpu or cuda")
     dtype: str = Field(description="the number format its weights run in (float32, bfloat16, float16, int8)")
+    kernels: str | None = Field(None, description="on a CPU, the instruction sets its kernels may use: oneDNN's "
+                                "(capped by ONEDNN_MAX_CPU_ISA) and ATen's")
     limits: ModelLimits
     replicas: int | None = Field(None, description="Ray Serve: the model replicas serving now (autoscaling "
                                                    "changes it); null without Ray Serve")

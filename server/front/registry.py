@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import CheckpointError, demo_model_dir, is_repo_id, iso_code, load, new_tokens_within, resolve_placement
+from model import (CheckpointError, demo_model_dir, instruction_sets, is_repo_id, iso_code, load, new_tokens_within,
+                   resolve_placement)
 
 from ..domain import LanguageInfo, ModelInfo
 from ..errors import UnknownModel
@@ -64,7 +65,7 @@ def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
         max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, max_request_chars=limits.max_request_chars,
         max_document_chars=limits.max_document_chars, max_generate_chars=limits.max_generate_chars,
         chat_template=entry.chat_template,
-        device=device, dtype=dtype)
+        device=device, dtype=dtype, kernels=instruction_sets() if device == "cpu" else None)
 
 
 class ModelRegistry:

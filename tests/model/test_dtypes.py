@@ -3,7 +3,7 @@
 import pytest
 
 import model.kernels.dtypes as dtypes
-from model import resolve_dtype
+from model import instruction_sets, resolve_dtype
 from server.front.registry import ModelRegistry, model_info
 from server.settings import Settings
 
@@ -30,6 +30,7 @@ def test_models_list_says_the_dtype_chosen():
     entry = next(iter(ModelRegistry.from_paths(None).entries.values()))
     assert model_info(entry, Settings(device="cpu", dtype="auto")).dtype == resolve_dtype("auto", "cpu")
     assert model_info(entry, Settings(device="cpu", dtype="int8")).dtype == "int8"
+    assert model_info(entry, Settings(device="cpu")).kernels == instruction_sets()  # which kernels it got
 
 
 def test_server_refuses_float16_on_the_cpu(capsys):
