@@ -61,7 +61,7 @@ class DetectedLanguage:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ScoredText:
     text: str
     score: float
 
@@ -70,7 +70,7 @@ class Candidate:
 class TranslatedText:
     text: str
     score: float | None  # None for an empty text (nothing decoded)
-    alternatives: tuple[Candidate, ...] = ()
+    alternatives: tuple[ScoredText, ...] = ()
     detected: DetectedLanguage | None = None  # set when the source language was detected for this text
 
 

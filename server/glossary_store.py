@@ -50,7 +50,7 @@ class Dictionary:
 
 
 @dataclass(frozen=True)
-class Glossary:
+class StoredGlossary:
     id: str
     name: str
     created: float  # Unix seconds
@@ -78,7 +78,7 @@ class GlossaryStore(LocalStore):
 
     @one_at_a_time
     def create(self, owner: str, name: str, dictionaries: list[NewDictionary], max_glossaries: int,
-               max_bytes: int) -> Glossary:
+               max_bytes: int) -> StoredGlossary:
         """A new glossary; TooManyGlossaries when `owner` has `max_glossaries` already."""
         glossary_id, created = str(uuid.uuid4()), time.time()
         with Transaction(self.db):
@@ -93,20 +93,20 @@ class GlossaryStore(LocalStore):
         return self.get(owner, glossary_id)
 
     @one_at_a_time
-    def glossaries(self, owner: str) -> list[Glossary]:
+    def glossaries(self, owner: str) -> list[StoredGlossary]:
         """`owner`'s glossaries, oldest first."""
         rows = self.db.execute("SELECT id FROM glossaries WHERE owner = ? ORDER BY created", (owner,)).fetchall()
         return [glossary for (glossary_id,) in rows if (glossary := self.get(owner, glossary_id))]
 
     @one_at_a_time
-    def get(self, owner: str, glossary_id: str) -> Glossary | None:
+    def get(self, owner: str, glossary_id: str) -> StoredGlossary | None:
         row = self.db.execute("SELECT name, created FROM glossaries WHERE id = ? AND owner = ?",
                               (glossary_id, owner)).fetchone()
         if row is None:
             return None
         dictionaries = self.db.execute("SELECT source_lang, target_lang, entry_count FROM dictionaries "
                                        "WHERE glossary = ? ORDER BY rowid", (glossary_id,)).fetchall()
-        return Glossary(glossary_id, row[0], row[1], tuple(Dictionary(*d) for d in dictionaries))
+        return StoredGlossary(glossary_id, row[0], row[1], tuple(Dictionary(*d) for d in dictionaries))
 
     @one_at_a_time
     def entries(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries | None:
@@ -119,7 +119,7 @@ class GlossaryStore(LocalStore):
 
     @one_at_a_time
     def update(self, owner: str, glossary_id: str, name: str | None, merged: list[NewDictionary],
-               replaced: list[NewDictionary], max_bytes: int) -> Glossary | None:
+               replaced: list[NewDictionary], max_bytes: int) -> StoredGlossary | None:
         """Rename (`name`), merge entries into dictionaries (a source term given replaces its target; a new one is
         added; a new language pair is a new dictionary) and replace whole dictionaries; None when not found."""
         with Transaction(self.db):

@@ -18,7 +18,7 @@ from fastapi.responses import Response
 from ..errors import InvalidRequest, ServerError
 from ..front.glossaries import base_language, creation_time, language_pairs
 from ..glossary_entries import read, to_tsv
-from ..glossary_store import Glossary, NewDictionary
+from ..glossary_store import StoredGlossary, NewDictionary
 from .deepl import STYLE, caller, missing
 from .deps import served
 from .reading import Params
@@ -68,7 +68,7 @@ def dictionaries_field(request: Request, fields: dict, required: bool) -> list[N
     return [new_dictionary(request, d, f"dictionaries[{i}].entries") for i, d in enumerate(given)]
 
 
-def v2_info(glossary: Glossary) -> dict:
+def v2_info(glossary: StoredGlossary) -> dict:
     if len(glossary.dictionaries) != 1:
         raise InvalidRequest(f"This glossary has {len(glossary.dictionaries)} dictionaries: read it through "
                              f"/v3/glossaries", field="glossary_id")
@@ -78,7 +78,7 @@ def v2_info(glossary: Glossary) -> dict:
             "entry_count": dictionary.entry_count}
 
 
-def v3_info(glossary: Glossary) -> dict:
+def v3_info(glossary: StoredGlossary) -> dict:
     return {"glossary_id": glossary.id, "name": glossary.name, "creation_time": creation_time(glossary.created),
             "dictionaries": [dictionary_info(d.source_lang, d.target_lang, d.entry_count)
                              for d in glossary.dictionaries]}

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from ..errors import InvalidRequest
 from ..front.glossaries import base_language, creation_time
 from ..glossary_entries import Entries, from_mapping
-from ..glossary_store import Glossary
+from ..glossary_store import StoredGlossary
 from .deps import AppState, authorize, caller, served
 from .reading import json_or_none
 
@@ -59,7 +59,7 @@ class GlossaryEntries(BaseModel):
     entries: dict[str, str]
 
 
-def card(glossary: Glossary) -> GlossaryCard:
+def card(glossary: StoredGlossary) -> GlossaryCard:
     return GlossaryCard(id=glossary.id, name=glossary.name, created=creation_time(glossary.created),
                         dictionaries=[DictionaryCard(source_lang=d.source_lang, target_lang=d.target_lang,
                                                      entry_count=d.entry_count) for d in glossary.dictionaries])

@@ -17,7 +17,7 @@ from model import iso_code
 
 from ..errors import GlossaryNeedsLanguage, GlossaryNotFound, InvalidRequest
 from ..glossary_entries import Entries, EntryLimits, checked_name
-from ..glossary_store import Glossary, GlossaryStore, NewDictionary
+from ..glossary_store import StoredGlossary, GlossaryStore, NewDictionary
 from ..settings import Settings
 from ..stores import Store
 from .access import Keys
@@ -72,17 +72,17 @@ class Glossaries:
             raise InvalidRequest(UNSUPPORTED_PAIR, field=field)
         return NewDictionary(*pair, entries)
 
-    async def create(self, owner: str, name: str, dictionaries: list[NewDictionary]) -> Glossary:
+    async def create(self, owner: str, name: str, dictionaries: list[NewDictionary]) -> StoredGlossary:
         pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
         if len(set(pairs)) < len(pairs):
             raise InvalidRequest("dictionaries: one dictionary per language pair", field="dictionaries")
         return await self.store.run(GlossaryStore.create, owner, checked_name(name), dictionaries,
                                     self.settings.max_glossaries, self.settings.max_glossary_bytes)
 
-    async def glossaries(self, owner: str) -> list[Glossary]:
+    async def glossaries(self, owner: str) -> list[StoredGlossary]:
         return await self.store.run(GlossaryStore.glossaries, owner)
 
-    async def get(self, owner: str, glossary_id: str) -> Glossary:
+    async def get(self, owner: str, glossary_id: str) -> StoredGlossary:
         return _found(await self.store.run(GlossaryStore.get, owner, glossary_id))
 
     async def entries(self, owner: str, glossary_id: str, source_lang: str, target_lang: str) -> Entries:
@@ -91,7 +91,7 @@ class Glossaries:
                                            base_language(target_lang)))
 
     async def update(self, owner: str, glossary_id: str, name: str | None = None,
-                     merged: Sequence[NewDictionary] = (), replaced: Sequence[NewDictionary] = ()) -> Glossary:
+                     merged: Sequence[NewDictionary] = (), replaced: Sequence[NewDictionary] = ()) -> StoredGlossary:
         name = name if name is None else checked_name(name)
         return _found(await self.store.run(GlossaryStore.update, owner, glossary_id, name, list(merged),
                                            list(replaced), self.settings.max_glossary_bytes))

@@ -9,7 +9,7 @@ from typing import AsyncIterator
 from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
                    Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, with_glossary)
 
-from ..domain import (Candidate, DecodeOptions, GenerationJob, GenerationResult, StreamEvent, TextOptions,
+from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
@@ -162,7 +162,7 @@ class HeldModel:
         unit (n-best lists of several sentences do not combine)."""
         if not hyps:
             return TranslatedText(text=text, score=None)
-        alternatives = () if len(hyps) > 1 else tuple(Candidate(self.bundle.decode(h.token_ids), h.score)
+        alternatives = () if len(hyps) > 1 else tuple(ScoredText(self.bundle.decode(h.token_ids), h.score)
                                                       for h in hyps[0][1:])
         return TranslatedText(text=text, score=sum(h[0].score for h in hyps) / len(hyps), alternatives=alternatives)
 
