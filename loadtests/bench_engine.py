@@ -7,6 +7,7 @@ flan-T5-base (`--shape flan-t5-base`).
     pip install -e ".[bench]"
     python -m loadtests.bench_engine [--shape opus-mt-en-de|nllb-600m|flan-t5-base] [--batches 1,8,32]
                                      [--beams 1,4] [--out runs/bench] [--device cpu|cuda] [--rounds R]
+                                     [--isa AVX2|AVX512_CORE|AVX512_CORE_VNNI|AVX512_CORE_BF16]
 
 Builds a random checkpoint in the Hugging Face layout of the chosen model, converts it with CTranslate2's
 converter, and runs one workload through every engine: 24 source tokens (with </s>) and exactly 32 generated
@@ -53,7 +54,7 @@ from typing import Callable
 
 import torch
 
-from model import BatchDecoder, DecodeParams, load
+from model import BatchDecoder, DecodeParams, instruction_sets, load
 
 SOURCE_TOKENS, NEW_TOKENS = 24, 32
 OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
@@ -372,7 +373,18 @@ def cpu_name() -> str:
 
 
 def machine_name(device: str) -> str:
-    return f"{torch.cuda.get_device_name()} with {cpu_name()}" if device == "cuda" else cpu_name()
+    return f"{torch.cuda.get_device_name()} with {cpu_name()}" if device == "cuda" else \
+        f"{cpu_name()}, kernels: {instruction_sets()}"
+
+
+# --isa: the environment that caps each engine's kernels at one instruction set (oneDNN and ATen for ours; oneDNN,
+# CTranslate2's own dispatch and MKL for CTranslate2). MKL's AVX512_E1 is AVX-512 with VNNI.
+ISA_CAPS = {"AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "CT2_FORCE_CPU_ISA": "AVX2",
+                     "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+            **{cap: {"ONEDNN_MAX_CPU_ISA": cap, "ATEN_CPU_CAPABILITY": "avx512", "CT2_FORCE_CPU_ISA": "AVX512",
+                     "MKL_ENABLE_INSTRUCTIONS": mkl}
+               for cap, mkl in (("AVX512_CORE", "AVX512"), ("AVX512_CORE_VNNI", "AVX512_E1"),
+                                ("AVX512_CORE_BF16", "AVX512_E1"))}}
 
 
 # name → engine(path, workload, device)
@@ -471,10 +483,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tiny", action="store_true", help="the shape's vocabulary and tokenizer with 2+2 layers of "
                                                         "width 64: a quick walk through every engine (a dry run)")
     p.add_argument("--json", help="also write the tables to this file as JSON")
+    p.add_argument("--isa", choices=sorted(ISA_CAPS), help="run every engine capped at this instruction set, as a CPU "
+                                                           "without the higher ones would: oneDNN's and ATen's caps, "
+                                                           "CTranslate2's and MKL's")
     p.add_argument("--worker", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    os.environ.update(ISA_CAPS.get(args.isa, {}))  # before any worker starts: each reads them once
     shape = SHAPES[args.shape]
     cuda = args.device == "cuda"
     args.batches = args.batches or (GPU_BATCHES if cuda else shape.batches)
