@@ -60,6 +60,9 @@ class Constraints:
     def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None):
         self.sequences = sequences
         self.end = end  # the token that ends a hypothesis (</s>): it confirms a term just spelled
+        # per constraint, the last before it with the same tokens (a term twice): an occurrence of it counts only
+        # once that one is met, so one occurrence never meets both
+        self.twin = [max((j for j in range(i) if sequences[j] == c), default=None) for i, c in enumerate(sequences)]
         self.fallback = [_failure(c) for c in sequences]
         self.start: State = (0,) * (2 * len(sequences))
         self.tokens = frozenset(token for c in sequences for token in c)
@@ -74,8 +77,8 @@ class Constraints:
         count = len(self.sequences)
         placed = [self._place(i, p, token, starts >> i & 1, starts >> (count + i) & 1)
                   for i, p in enumerate(state[:count])]
-        loose = [p if p == len(c) else self._match(i, p, token, True)
-                 for i, (c, p) in enumerate(zip(self.sequences, state[count:]))]
+        loose = [p if p == len(c) else self._match(i, p, token, twin is None or state[count + twin] == len(c))
+                 for i, (c, p, twin) in enumerate(zip(self.sequences, state[count:], self.twin))]
         return tuple(placed + loose)
 
     def _place(self, i: int, matched: int, token: int, may_begin: bool, away: bool) -> int:
@@ -300,12 +303,14 @@ class ConstrainedBeamSearch(Search):
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
-        # stripes: every bank's best (most placed constraint tokens first, then most met), then every bank's second
-        # best, ...
-        order = sorted(((rank, (-bank[0], -bank[1]), c) for bank, members in banks.items()
-                        for rank, c in enumerate(members)), key=lambda item: item[:2])
+        # stripes: every bank's best (most placed constraint tokens first, then most met while none is placed, then
+        # the best score), then every bank's second best, ...; once a term is placed, progress met loosely (away
+        # from a term's source words) earns a bank, not precedence: it crowded out the continuation that places a
+        # repeated term (`six vingt-quatre` for `six cent vingt-quatre`)
+        order = sorted(((rank, -bank[0], 0 if bank[0] else -bank[1], -c.score, c) for bank, members in banks.items()
+                        for rank, c in enumerate(members)), key=lambda item: item[:4])
         kept, finishing = [], []
-        for position, (_, _, c) in enumerate(order):
+        for position, (*_, c) in enumerate(order):
             if c.token == self.eos_id:
                 if position < rows:
                     finishing.append(c)
