@@ -281,8 +281,9 @@ class ConstrainedBeamSearch(Search):
             self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1],
                                                         self.starts_at[tuple(tokens[:-1])])
                                for p, tokens in zip(own_parents, self.own.sequences)]
-        # the own search holds these: its new hypotheses, as (parent row, token) (own rows come first)
-        own = {(p, tokens[-1]) for p, tokens in zip(own_parents, self.own.sequences)}
+        # the own search holds these: its new hypotheses, as (parent row, token) (own rows come first); none once it
+        # is done, as its running hypotheses end there (`treinta ▁` of `treinta y uno`, dropped here, was lost)
+        own = set() if self.own.done else {(p, tokens[-1]) for p, tokens in zip(own_parents, self.own.sequences)}
         candidates = [c for c in candidates if (c.parent.row, c.token) not in own]
         if at_limit:
             self._finish(candidates)
@@ -370,8 +371,10 @@ class ConstrainedBeamSearch(Search):
         first = [f for f in own if f[0] == PLACED] if own[0][0] == PLACED else []
         rest = sorted((f for f in own + self.finished if f[0] != PARTIAL and f not in first), key=lambda f: f[:2],
                       reverse=True)
-        ranked = list({tuple(tokens): (tier, score, tokens) for tier, score, tokens in first + rest}.values())
-        ranked = ranked or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
+        unique = {}  # the first of the same tokens: the own search's, with its score, before a constraint beam's
+        for tier, score, tokens in first + rest:
+            unique.setdefault(tuple(tokens), (tier, score, tokens))
+        ranked = list(unique.values()) or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
         return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))
                 for _, score, tokens in ranked[: self.params.num_return_sequences]]
 
