@@ -82,13 +82,14 @@ class Constraints:
         return tuple(placed + loose)
 
     def _place(self, i: int, matched: int, token: int, may_begin: bool, away: bool) -> int:
-        """A placed occurrence once spelled is confirmed by the next token: </s>, or one written while the decoder
-        attends away from its source term; a token written on that term is the model's own translation going on
-        beside the term (`vingt` forced for `nineteen`, then `-neuf`), and the occurrence is not placed."""
+        """A placed occurrence once spelled is confirmed by the next token, </s> or one written while the decoder
+        attends away from its source term, and stays so while the decoder keeps away: a token written on that term
+        after it is the model's own translation of the term beside it (`vingt` forced for `nineteen`, then
+        `-neuf`; `sieben` for `six`, then `echs`), and the occurrence is not placed."""
         spelled = len(self.sequences[i])
-        if matched == spelled + 1 or (matched == spelled and (away or token == self.end)):
+        if matched >= spelled and (away or token == self.end):
             return spelled + 1
-        return self._match(i, matched, token, may_begin)
+        return self._match(i, 0 if matched > spelled else matched, token, may_begin)
 
     def _match(self, i: int, matched: int, token: int, may_begin: bool) -> int:
         c, fallback = self.sequences[i], self.fallback[i]

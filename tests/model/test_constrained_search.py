@@ -90,8 +90,11 @@ def test_a_constraint_is_placed_where_its_source_term_is_attended_and_the_decode
     assert constraints.advance((2, 0, 2, 0), 5, 0b0100) == (3, 0, 2, 0)
     assert constraints.advance((2, 0, 2, 0), end, 0) == (3, 0, 2, 0)
     assert constraints.advance((2, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
-    assert constraints.advance((3, 0, 2, 0), 3, 0b01) == (3, 0, 2, 1)
-    spelled = constraints.advance((3, 0, 2, 0), 3, 0b10)
+    # confirmed, it stays so while the decoder keeps away from its source term; back on it, the model is writing
+    # its own translation of the term beside it
+    assert constraints.advance((3, 0, 2, 0), 3, 0b0101) == (3, 0, 2, 1)
+    assert constraints.advance((3, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
+    spelled = constraints.advance((3, 0, 2, 0), 3, 0b0110)
     assert spelled == (3, 1, 2, 1) and constraints.tier(spelled) == ELSEWHERE and constraints.met(spelled)
     both = constraints.advance(spelled, end, 0)
     assert both == (3, 2, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (5, 3)
