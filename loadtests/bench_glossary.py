@@ -1,8 +1,11 @@
 """Glossaries on the demo model: how often the target term appears, what else changes, and what it costs.
 
     python -m loadtests.bench_glossary [--numbers 1000] [--beam-sizes 1,4] [--speed-numbers 256] [--rounds 3]
+                                       [--corpus "held out"|tune|none]
 
-Quality: held-out numbers per language (model.demo.data, never trained on), each translated with a glossary that
+Corpus: per language, term and exact on loadtests.glossary_corpus' one-word, two-word and repeated-term texts.
+
+Numbers: held-out numbers per language whose source term occurs once (model.demo.data, never trained on), each translated with a glossary that
 forces a different valid target phrase. French and Spanish write the last two digits as separate words, so the
 glossary maps them to the next number's (`forty-two` → `quarante-trois`: `one hundred and forty-two` should give
 `cent quarante-trois`); German and Italian write a number as one word, so there the glossary maps the whole number
@@ -32,6 +35,8 @@ from num2words import num2words
 
 from model import Glossary, Translator
 from model.demo.data import LANGUAGES, held_out_numbers, target_text
+
+from .glossary_corpus import Case, corpus, exact
 
 WHOLE_WORD_LANGUAGES = ("de", "it")  # numbers written as one word: the glossary forces the whole number
 
@@ -79,12 +84,22 @@ def put_back(text: str, term: str, original: str) -> str:
     return text if at < 0 else text[:at] + original + text[at + len(term):]
 
 
-def quality(translator: Translator, numbers: list[int], beam_sizes: list[int]) -> None:
-    print(f"{len(numbers)} held-out numbers per language, glossaries forcing the next number's words (%, chrF 0-100)\n")
-    print("| language | decoding | term | exact | in place | rest unchanged | chrF vs unconstrained | own-term "
-          "glossary: identical where written anyway |")
-    print("|---|---|---|---|---|---|---|---|")
+def occurrences(n: int, lang: str) -> int:
+    """How often n's source term (glossary_case) occurs in n's words."""
+    source, target, _ = glossary_case(n, lang, n)
+    return sum(map(len, Glossary([(source, target)]).matches(num2words(n, lang="en")).values()))
+
+
+def quality(translator: Translator, all_numbers: list[int], beam_sizes: list[int]) -> None:
+    print(f"\n{len(all_numbers)} held-out numbers per language, those with the source term once, glossaries forcing "
+          "the next number's words (%, chrF 0-100)\n")
+    print("| language | decoding | numbers | term | exact | in place | rest unchanged | chrF vs unconstrained | "
+          "own-term glossary: identical where written anyway |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for lang in LANGUAGES:
+        # a source term once (`six` in `fifty-six thousand, eight hundred and six` is replaced twice: the repeated
+        # terms of the corpus tables)
+        numbers = [n for n in all_numbers if occurrences(n, lang) == 1]
         sources = [num2words(n, lang="en") for n in numbers]
         cases = [glossary_case(n, lang, changed(n)) for n in numbers]
         forcing = [Glossary([(source, target)]) for source, target, _ in cases]
@@ -105,8 +120,34 @@ def quality(translator: Translator, numbers: list[int], beam_sizes: list[int]) -
             anyway = [(a, b) for a, b, n in zip(kept, plain, numbers) if glossary_case(n, lang, n)[1] in b]
             identical = sum(a == b for a, b in anyway) / len(anyway)
             name = "greedy" if beams == 1 else f"beam {beams}"
-            print(f"| {lang} | {name} | {100 * term:.1f} | {100 * exact:.1f} | {100 * placed:.1f} | {100 * rest:.1f} | "
+            print(f"| {lang} | {name} | {count} | {100 * term:.1f} | {100 * exact:.1f} | {100 * placed:.1f} | {100 * rest:.1f} | "
                   f"{chrf(forced, plain):.1f} | {100 * identical:.1f} |", flush=True)
+
+
+def corpus_scores(translator: Translator, lang: str, cases: list[Case], beams: int,
+                  n_best: int = 1) -> tuple[float, float, int]:
+    """(term, exact, cases measured) over `cases` (loadtests.glossary_corpus): term, every returned hypothesis
+    (n_best of them) holds the target term as often as the source holds the source term; exact, the best one
+    is the unconstrained translation with each phrase swapped (over the cases where that is defined)."""
+    sources = [c.text for c in cases]
+    plain = translator.translate(sources, target_lang=lang, beam_size=beams)
+    forced = translator.translate(sources, target_lang=lang, beam_size=beams, n_best=n_best,
+                                  glossary=[Glossary([(c.source_term, c.target_term)]) for c in cases])
+    term = sum(all(text.count(c.target_term) >= c.occurrences for text in [t.text, *(a.text for a in t.alternatives)])
+               for c, t in zip(cases, forced)) / len(cases)
+    verdicts = [v for c, p, t in zip(cases, plain, forced) if (v := exact(c, p.text, t.text)) is not None]
+    return term, sum(verdicts) / max(len(verdicts), 1), len(verdicts)
+
+
+def corpus_tables(translator: Translator, beam_sizes: list[int], part: str) -> None:
+    print(f"\nCorpus ({part}): term and exact (%), cases measured\n")
+    for lang in LANGUAGES:
+        print(f"\n{lang}\n\n| texts | decoding | cases | term | exact |\n|---|---|---|---|---|")
+        for kind, cases in corpus(lang, part).items():
+            for beams in beam_sizes if cases else []:
+                term, right, count = corpus_scores(translator, lang, cases, beams)
+                name = "greedy" if beams == 1 else f"beam {beams}"
+                print(f"| {kind} | {name} | {count} | {100 * term:.1f} | {100 * right:.1f} |", flush=True)
 
 
 def timed(run) -> tuple[float, list[str]]:
@@ -148,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beam-sizes", default="1,4")
     p.add_argument("--speed-numbers", type=int, default=256, help="0: no speed table")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--corpus", choices=("held out", "tune", "none"), default="held out",
+                   help="the one-word, two-word and repeated-term tables (loadtests.glossary_corpus)")
     args = p.parse_args(argv)
     beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
     translator = Translator.from_pretrained()
@@ -156,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     # numbers ending in 00 have no last-two-digit words to force: the next held-out ones take their place
     count = max(args.numbers, args.speed_numbers)
     numbers = [n for n in held_out_numbers(count + count // 10 + 10) if n % 100][:count]
+    if args.corpus != "none":
+        corpus_tables(translator, beam_sizes, args.corpus)
     if args.numbers:
         quality(translator, numbers[:args.numbers], beam_sizes)
     if args.speed_numbers:

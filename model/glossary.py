@@ -91,20 +91,32 @@ def check_terms(tokenizer: Tokenizer, terms: Iterable[str]) -> None:
 
 
 def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str) -> Source:
-    """`source` (the encoded `sentence`) with the target-id sequences its translation must contain under `glossary`
-    and where each may begin (DecodeParams.source_words, constraint_words): the words of `sentence` its source
-    tokens spell, as model.alignment counts them, and those of each constraint's source term."""
+    """`source` (the encoded `sentence`) with the target-id sequences its translation must contain under `glossary`,
+    one per occurrence of a source term (a term twice is written twice), and where each may begin
+    (DecodeParams.source_words, constraint_words): the words of `sentence` its source tokens spell, as
+    model.alignment counts them, and those of each occurrence's source term."""
     matches = glossary.matches(sentence)
     if not matches:
         return source
-    source_words = tuple(spelled[0] if spelled else -1
-                         for spelled in token_words(sentence, tokenizer.token_bytes(source.ids, source=True)))
     spans = word_spans(sentence)
-    constraint_words = tuple(tuple(w for w, (start, end) in enumerate(spans)
-                                   if any(start < to and at < end for at, to in places))
-                             for places in matches.values())
-    return replace(source, constraints=tuple(term_ids(tokenizer, target) for target in matches),
-                   source_words=source_words, constraint_words=constraint_words)
+    occurrences = sorted((place, target) for target, places in matches.items() for place in places)
+    constraint_words = tuple(tuple(w for w, (start, end) in enumerate(spans) if start < to and at < end)
+                             for (at, to), _ in occurrences)
+    return replace(source, constraints=tuple(term_ids(tokenizer, target) for _, target in occurrences),
+                   source_words=_source_words(tokenizer, source, sentence, len(spans)),
+                   constraint_words=constraint_words)
+
+
+def _source_words(tokenizer: Tokenizer, source: Source, sentence: str, count: int) -> tuple[int, ...]:
+    """Per source token, the first word of `sentence` it spells; the tokens after the last word (</s>) are word
+    `count`, the end of the source, which no term holds: a decoder that attends there most has read the whole
+    source, so no term begins (after `twelve` → `douze` the attention is all on </s>; were it no word, the one word
+    of the source would win and `treize` would count as placed after `douze`). Tokens before the text (a language
+    tag) belong to no word (-1): the first step attends to the tag and the first word alike."""
+    spelled = [words[0] if words else -1
+               for words in token_words(sentence, tokenizer.token_bytes(source.ids, source=True))]
+    last = max((i for i, w in enumerate(spelled) if w >= 0), default=len(spelled))
+    return tuple(w if i <= last or w >= 0 else count for i, w in enumerate(spelled))
 
 
 def _spacing(text: str) -> str:

@@ -12,8 +12,11 @@ partial ones (max_new_tokens bounds the work: a constraint that cannot fit ends 
 
 Placement: a term should take the place of what the model would write for its source term, not stand beside it or
 in another slot. Where the request says which source words each constraint translates (DecodeParams.source_words,
-constraint_words), an occurrence counts as placed when its first token comes while the hypothesis' row attends to
-those words most (the alignment layer's cross-attention, as model.alignment aligns words). Banks count placed tokens
+constraint_words; a term twice is two constraints), an occurrence counts as placed when its first token comes while
+the hypothesis' row attends to those words most (the alignment layer's cross-attention, as model.alignment aligns
+words), before the hypothesis attended most to them or past them (the model wrote its own translation of the term
+already: the end of the source, </s>, is a word after the last), and the token after it is </s> or comes while the
+row attends elsewhere (not the model's own translation of the term going on beside it). Banks count placed tokens
 first, and results rank hypotheses placing every term before those with a term elsewhere (still complete: a model
 whose attention never finds the source term keeps its terms).
 
@@ -40,10 +43,11 @@ import torch
 from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, Search, SingleSearch, advance_beams,
                      finish_reason)
 
-# Per constraint, its tokens matched so far by an occurrence that began on its source term (placed), then per
-# constraint by any occurrence (loose): a length once met (it stays met).
+# Per constraint, its tokens matched so far by an occurrence that began on its source term (placed; one more once
+# the token after it is written away from that term), then per constraint by any occurrence (loose): once met it
+# stays met.
 State = tuple[int, ...]
-ANYWHERE = -1  # a start mask with every bit set: every constraint may begin
+ANYWHERE = -1  # a start mask with every bit set: every constraint may begin, no row is on a source term
 OTHER_TOKEN = -1  # an id in no constraint: every token outside the constraints moves a state alike
 PARTIAL, ELSEWHERE, PLACED = 0, 1, 2  # a hypothesis' tier: some constraint missing; all met, some not placed; all placed
 
@@ -53,8 +57,12 @@ class Constraints:
     occurrences that begin where the hypothesis attends to the constraint's source term (placed), one counting any
     (loose: a term the model cannot place by its source still appears)."""
 
-    def __init__(self, sequences: tuple[tuple[int, ...], ...]):
+    def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None):
         self.sequences = sequences
+        self.end = end  # the token that ends a hypothesis (</s>): it confirms a term just spelled
+        # per constraint, the last before it with the same tokens (a term twice): an occurrence of it counts only
+        # once that one is met, so one occurrence never meets both
+        self.twin = [max((j for j in range(i) if sequences[j] == c), default=None) for i, c in enumerate(sequences)]
         self.fallback = [_failure(c) for c in sequences]
         self.start: State = (0,) * (2 * len(sequences))
         self.tokens = frozenset(token for c in sequences for token in c)
@@ -64,18 +72,28 @@ class Constraints:
         self.next_tokens = functools.cache(self._next_tokens)
 
     def _advance(self, state: State, token: int, starts: int = ANYWHERE) -> State:
-        """`state` after `token`. starts: a bit per constraint that may begin here as placed (its source term is
-        where the hypothesis attends)."""
+        """`state` after `token`, chosen by a row with start mask `starts`: bit i, constraint i may begin here as
+        placed (its source term is where the row attends); bit C + i, the row attends away from that term."""
         count = len(self.sequences)
-        placed = [p if p == len(c) else self._match(i, p, token, starts >> i & 1)
-                  for i, (c, p) in enumerate(zip(self.sequences, state))]
-        loose = [p if p == len(c) else self._match(i, p, token, True)
-                 for i, (c, p) in enumerate(zip(self.sequences, state[count:]))]
+        placed = [self._place(i, p, token, starts >> i & 1, starts >> (count + i) & 1)
+                  for i, p in enumerate(state[:count])]
+        loose = [p if p == len(c) else self._match(i, p, token, twin is None or state[count + twin] == len(c))
+                 for i, (c, p, twin) in enumerate(zip(self.sequences, state[count:], self.twin))]
         return tuple(placed + loose)
+
+    def _place(self, i: int, matched: int, token: int, may_begin: bool, away: bool) -> int:
+        """A placed occurrence once spelled is confirmed by the next token, </s> or one written while the decoder
+        attends away from its source term, and stays so while the decoder keeps away: a token written on that term
+        after it is the model's own translation of the term beside it (`vingt` forced for `nineteen`, then
+        `-neuf`; `sieben` for `six`, then `echs`), and the occurrence is not placed."""
+        spelled = len(self.sequences[i])
+        if matched >= spelled and (away or token == self.end):
+            return spelled + 1
+        return self._match(i, 0 if matched > spelled else matched, token, may_begin)
 
     def _match(self, i: int, matched: int, token: int, may_begin: bool) -> int:
         c, fallback = self.sequences[i], self.fallback[i]
-        while matched and c[matched] != token:
+        while matched and (matched == len(c) or c[matched] != token):
             matched = fallback[matched - 1]
         matched += c[matched] == token
         return 0 if matched == 1 and not may_begin else matched  # matched == 1: an occurrence begins here
@@ -89,7 +107,7 @@ class Constraints:
 
     def tier(self, state: State) -> int:
         placed, loose = self._parts(state)
-        if all(p == len(c) for c, p in zip(self.sequences, placed)):
+        if all(p == len(c) + 1 for c, p in zip(self.sequences, placed)):
             return PLACED
         return ELSEWHERE if self.met(state) else PARTIAL
 
@@ -98,11 +116,13 @@ class Constraints:
         return any(self._parts(state)[0])
 
     def _bank(self, state: State) -> tuple[int, int]:
-        """Constraint tokens met, placed and loose: whole constraints and the furthest progress inside an unmet one."""
-        def met(part: State) -> int:
-            done = sum(p for c, p in zip(self.sequences, part) if p == len(c))
-            return done + max((p for c, p in zip(self.sequences, part) if p < len(c)), default=0)
-        return tuple(map(met, self._parts(state)))
+        """Constraint tokens met, placed (a confirmed occurrence counting one more) and loose: whole constraints and
+        the furthest progress inside an unmet one."""
+        def met(part: State, extra: int) -> int:
+            done = sum(p for c, p in zip(self.sequences, part) if p == len(c) + extra)
+            return done + max((p for c, p in zip(self.sequences, part) if p < len(c) + extra), default=0)
+        placed, loose = self._parts(state)
+        return met(placed, 1), met(loose, 0)
 
     def may_progress(self, state: State) -> frozenset[int] | None:
         """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
@@ -113,8 +133,10 @@ class Constraints:
 
     def _next_tokens(self, state: State) -> tuple[int, ...]:
         """Per constraint, the token that continues its placed occurrence, then its loose one (a met one's first
-        token: a placeholder, never proposed)."""
-        return tuple(c[p] if p < len(c) else c[0] for c, p in zip(self.sequences * 2, state))
+        token: a placeholder, never proposed); then the end token, which confirms a term just spelled where the
+        model would go on with its own translation of it (not among its best tokens)."""
+        tokens = tuple(c[p] if p < len(c) else c[0] for c, p in zip(self.sequences * 2, state))
+        return tokens + (() if self.end is None else (self.end,))
 
 
 def _failure(c: tuple[int, ...]) -> list[int]:
@@ -152,7 +174,7 @@ class Candidate:
 class ConstrainedBeamSearch(Search):
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
-        self.constraints = Constraints(params.constraints)
+        self.constraints = Constraints(params.constraints, eos_id)
         own = replace(params, constraints=(), source_words=(), constraint_words=())
         self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
@@ -161,16 +183,36 @@ class ConstrainedBeamSearch(Search):
         # per constraint, the source words of its source term (none: it may start anywhere)
         self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
         self.starts_at: dict[tuple[int, ...], int] = {}  # an own hypothesis' tokens → its start mask after them
+        # a hypothesis' tokens → the source words its rows attended to most (a bit per word), itself included
+        self.attended: dict[tuple[int, ...], int] = {}
         self.starts = functools.cache(self._starts)
 
-    def _starts(self, word: int) -> int:
-        """The start mask of a row whose alignment-layer attention is highest on source word `word`: the
-        constraints whose source term holds that word, and those without source words."""
-        return sum(1 << i for i, words in enumerate(self.constraint_words) if not words or word in words)
+    def _starts(self, word: int, before: int) -> int:
+        """The start mask (Constraints.advance) of a row whose alignment-layer attention is highest on source word
+        `word`, the rows of its hypothesis before the last having attended most to the words `before` (a bit
+        each). May begin: the constraints whose source term holds that word, with no word of it or after it in
+        `before` (the model translated it already, `douze` then `treize` for `twelve`, or passed it); the last row
+        does not count, as attention often runs a word ahead (`cent` written while attending `forty-two`), but for
+        the first (which attends where the translation begins: `dix` for `nineteen`). Away:
+        those whose source term does not hold `word`. Both for constraints without source words."""
+        count = len(self.constraint_words)
+        return sum(1 << i | 1 << (count + i) if not words else
+                   (word in words and before >> min(words) == 0) << i | (word not in words) << (count + i)
+                   for i, words in enumerate(self.constraint_words))
+
+    def row_starts(self, attended: list[int]) -> list[int]:
+        """Per row, its start mask, from the source word each row attends to most (constrained_choices)."""
+        masks = []
+        for tokens, word in zip(self.sequences, attended):
+            # idle rows read the start token after the first step: their masks go unused
+            self.attended.setdefault(tuple(tokens), self.attended.get(tuple(tokens[:-1]), 0) | 1 << word)
+            before = self.attended[tuple(tokens[:max(len(tokens) - 2, 0)])] if tokens else 0
+            masks.append(self.starts(word, before))
+        return masks
 
     def wanted_tokens(self) -> list[list[int]]:
-        """(r, 2C): per row, the tokens continuing each constraint (Constraints.next_tokens), whose log-probabilities
-        the step gathers."""
+        """(r, 2C + 1): per row, the tokens continuing each constraint, and </s> (Constraints.next_tokens), whose
+        log-probabilities the step gathers."""
         states = self.own_states + [b.state for b in self.beams]
         states += [self.constraints.start] * (self.num_rows - len(states))
         return [self.constraints.next_tokens(state) for state in states]
@@ -191,7 +233,7 @@ class ConstrainedBeamSearch(Search):
                 wanted_totals: list[list[float]], starts: list[int]) -> list[Candidate]:
         """The first half of a step, before the own search advances: the constraint beams' candidates. Per live
         hypothesis (live()), its top W tokens, their totals (its score + their log-probabilities, float32) and
-        the totals of its constraints' next tokens (wanted_tokens(); columns past 2C are padding); per row, its
+        the totals of its constraints' next tokens (wanted_tokens(); columns past 2C + 1 are padding); per row, its
         start mask. A candidate is a top or constraint token that meets some constraint token; </s> only with
         every constraint met (or at the limit)."""
         for tokens, row_starts in zip(self.own.sequences, starts):
@@ -240,8 +282,9 @@ class ConstrainedBeamSearch(Search):
             self.own_states = [self.constraints.advance(self.own_states[p], tokens[-1],
                                                         self.starts_at[tuple(tokens[:-1])])
                                for p, tokens in zip(own_parents, self.own.sequences)]
-        # the own search holds these: its new hypotheses, as (parent row, token) (own rows come first)
-        own = {(p, tokens[-1]) for p, tokens in zip(own_parents, self.own.sequences)}
+        # the own search holds these: its new hypotheses, as (parent row, token) (own rows come first); none once it
+        # is done, as its running hypotheses end there (`treinta ▁` of `treinta y uno`, dropped here, was lost)
+        own = set() if self.own.done else {(p, tokens[-1]) for p, tokens in zip(own_parents, self.own.sequences)}
         candidates = [c for c in candidates if (c.parent.row, c.token) not in own]
         if at_limit:
             self._finish(candidates)
@@ -262,12 +305,14 @@ class ConstrainedBeamSearch(Search):
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
-        # stripes: every bank's best (most placed constraint tokens first, then most met), then every bank's second
-        # best, ...
-        order = sorted(((rank, (-bank[0], -bank[1]), c) for bank, members in banks.items()
-                        for rank, c in enumerate(members)), key=lambda item: item[:2])
+        # stripes: every bank's best (most placed constraint tokens first, then most met while none is placed, then
+        # the best score), then every bank's second best, ...; once a term is placed, progress met loosely (away
+        # from a term's source words) earns a bank, not precedence: it crowded out the continuation that places a
+        # repeated term (`six vingt-quatre` for `six cent vingt-quatre`)
+        order = sorted(((rank, -bank[0], 0 if bank[0] else -bank[1], -c.score, c) for bank, members in banks.items()
+                        for rank, c in enumerate(members)), key=lambda item: item[:4])
         kept, finishing = [], []
-        for position, (_, _, c) in enumerate(order):
+        for position, (*_, c) in enumerate(order):
             if c.token == self.eos_id:
                 if position < rows:
                     finishing.append(c)
@@ -327,8 +372,10 @@ class ConstrainedBeamSearch(Search):
         first = [f for f in own if f[0] == PLACED] if own[0][0] == PLACED else []
         rest = sorted((f for f in own + self.finished if f[0] != PARTIAL and f not in first), key=lambda f: f[:2],
                       reverse=True)
-        ranked = list({tuple(tokens): (tier, score, tokens) for tier, score, tokens in first + rest}.values())
-        ranked = ranked or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
+        unique = {}  # the first of the same tokens: the own search's, with its score, before a constraint beam's
+        for tier, score, tokens in first + rest:
+            unique.setdefault(tuple(tokens), (tier, score, tokens))
+        ranked = list(unique.values()) or sorted(own + self.finished, key=lambda f: f[:2], reverse=True)[:1]
         return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))
                 for _, score, tokens in ranked[: self.params.num_return_sequences]]
 
@@ -336,7 +383,7 @@ class ConstrainedBeamSearch(Search):
 def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor, top: Callable,
                         alignment: Callable) -> list[torch.Tensor]:
     """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
-    (m, W), the log-probabilities of the tokens that continue their constraints (m, 2C), padded to the widest, and
+    (m, W), the log-probabilities of the tokens that continue their constraints and </s> (m, 2C + 1), padded to the widest, and
     the source word each row attends to most (m,) (attended_words: alignment)."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
@@ -381,13 +428,13 @@ def advance_constrained(searches: list[ConstrainedBeamSearch], top_logprobs: tor
     raises (the batch decoder's). attended (m,): constrained_choices' source word per row."""
     first = dict(zip(map(id, searches), itertools.accumulate((s.num_rows for s in searches), initial=0)))
     attended = attended.tolist()
-    starts = {id(s): [s.starts(word) for word in attended[first[id(s)]:first[id(s)] + s.num_rows]] for s in searches}
+    starts = {id(s): s.row_starts(attended[first[id(s)]:first[id(s)] + s.num_rows]) for s in searches}
     lives = [(s, live) for s in searches if (live := alone(s, s.live)) is not None]
     rows = torch.tensor([first[id(s)] + b.row for s, live in lives for b in live], dtype=torch.long)
     running = torch.tensor([b.score for _, live in lives for b in live], dtype=torch.float32)[:, None]  # (live, 1)
     # float32 sums, as BeamSearch adds a row's score to its log-probabilities
     top_totals = (top_logprobs[rows] + running).tolist()  # (live, W)
-    wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, 2C)
+    wanted_totals = (wanted_logprobs[rows] + running).tolist()  # (live, 2C + 1)
     tokens = top_tokens[rows].tolist()
     proposed = []  # (search, its candidates)
     for (s, live), start in zip(lives, itertools.accumulate((len(live) for _, live in lives), initial=0)):

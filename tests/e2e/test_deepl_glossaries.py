@@ -184,7 +184,8 @@ def test_two_keys_never_see_each_others_glossaries(served, client, glossary):
 
 def test_a_weblate_like_sync(served):
     """Weblate's DeepL backend: pairs, the glossaries by name, create one per project with TSV, and at the limit
-    delete the oldest by creation_time first."""
+    delete the oldest by creation_time first; its translate request (placeholders as <x>, one string a text) gets
+    the terms in place of the model's words, a one-word string included."""
     http = httpx.Client(base_url=served.url, headers={"Authorization": f"DeepL-Auth-Key {WEBLATE_KEY}"})
     pairs = http.get("/v2/glossary-language-pairs").json()["supported_languages"]
     assert {"source_lang": "en", "target_lang": "de"} in pairs
@@ -197,14 +198,16 @@ def test_a_weblate_like_sync(served):
             oldest = min(listed, key=lambda g: datetime.fromisoformat(g["creation_time"]))
             assert http.delete(f"/v2/glossaries/{oldest['glossary_id']}").status_code == 204
         r = http.post("/v2/glossaries", json={"name": project, "source_lang": "en", "target_lang": "de",
-                                              "entries": "seven\tacht", "entries_format": "tsv"})
+                                              "entries": "seven\tacht\ntwelve\tdreizehn", "entries_format": "tsv"})
         assert r.status_code == 201, r.text
         made.append(r.json()["glossary_id"])
     assert [g["name"] for g in http.get("/v2/glossaries").json()["glossaries"]] == ["p1", "p2", "p3"]
-    r = http.post("/v2/translate", json={"text": ['<x id="0"></x> seven'], "source_lang": "en", "target_lang": "de",
-                                         "formality": "default", "tag_handling": "xml", "ignore_tags": ["x"],
-                                         "glossary_id": made[-1]})
+    r = http.post("/v2/translate", json={"text": ['<x id="0"></x> seven', "twelve"], "source_lang": "en",
+                                         "target_lang": "de", "formality": "default", "tag_handling": "xml",
+                                         "ignore_tags": ["x"], "glossary_id": made[-1]})
     assert r.status_code == 200, r.text
+    tagged, one_word = (t["text"] for t in r.json()["translations"])
+    assert "acht" in tagged and "sieben" not in tagged and one_word == "dreizehn"
     for glossary_id in made[1:]:
         http.delete(f"/v2/glossaries/{glossary_id}")
 

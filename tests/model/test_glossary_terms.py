@@ -68,9 +68,22 @@ def test_a_sentence_becomes_the_constraints_of_its_terms_and_the_source_words_ea
     got = with_glossary(tokenizer, glossary, source, sentence)
     assert got.constraints == (term_ids(tokenizer, "huit"), term_ids(tokenizer, "quarante-trois"))
     assert got.constraint_words == ((0,), (3, 4, 5))
-    # every token spells a word of the sentence, in order; the language token and </s> spell none
+    # every token spells a word of the sentence, in order; the language token spells none, and </s> is the end of
+    # the source, a word after the last (6) that no term holds
     spelled = [w for w in got.source_words if w >= 0]
-    assert len(got.source_words) == len(source.ids) and spelled == sorted(spelled) and set(spelled) == set(range(6))
+    assert len(got.source_words) == len(source.ids) and spelled == sorted(spelled) and set(spelled) == set(range(7))
+    assert got.source_words[0] == -1 and got.source_words[-1] == 6
     assert got.decode_params(bundle.generation).constraint_words == got.constraint_words
     one = bundle.source("one", None, "fr")
     assert with_glossary(tokenizer, glossary, one, "one") == one
+
+
+def test_a_term_that_occurs_twice_is_two_constraints_each_on_its_own_words():
+    bundle = load(demo_model_dir(), weights=False)
+    tokenizer = bundle.tokenizer
+    glossary = Glossary([("forty-two", "quarante-trois"), ("two", "trois")])
+    sentence = "forty-two thousand, two hundred and forty-two"  # forty - two thousand , two hundred and forty - two
+    got = with_glossary(tokenizer, glossary, bundle.source(sentence, None, "fr"), sentence)
+    assert got.constraints == (term_ids(tokenizer, "quarante-trois"), term_ids(tokenizer, "trois"),
+                               term_ids(tokenizer, "quarante-trois"))
+    assert got.constraint_words == ((0, 1, 2), (5,), (8, 9, 10))
