@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                 normalize_punctuation=args.normalize_punctuation)
         if args.dtype == "auto":
-            on = instruction_sets() if translator.bundle.network.device.type == "cpu" else args.device
-            print(f"dtype: {translator.bundle.dtype} (auto on {on})", file=sys.stderr)
+            print(f"dtype: {translator.bundle.dtype} (auto on {translator.bundle.network.device.type})", file=sys.stderr)
+        if translator.bundle.network.device.type == "cpu":
+            print(f"kernels: {instruction_sets()}", file=sys.stderr)
         suffix = Path(args.input or "").suffix.lower()
         if suffix in DOCUMENT_SUFFIXES:
             return translate_document(translator, args, suffix)
