@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                 normalize_punctuation=args.normalize_punctuation)
+        device = translator.bundle.network.device.type
         if args.dtype == "auto":
-            print(f"dtype: {translator.bundle.dtype} (auto on {translator.bundle.network.device.type})", file=sys.stderr)
-        if translator.bundle.network.device.type == "cpu":
+            print(f"dtype: {translator.bundle.dtype} (auto on {device})", file=sys.stderr)
+        if device == "cpu":
             print(f"kernels: {instruction_sets()}", file=sys.stderr)
         suffix = Path(args.input or "").suffix.lower()
         if suffix in DOCUMENT_SUFFIXES:
