@@ -76,6 +76,8 @@ def kill_replica(environment, start: float) -> None:
     gevent.sleep(max(0.0, options.kill_at_s - BUSIEST_OVER_S))
     kill = kill_one_and_wait(options.server_pid, lambda: replicas(environment.host), start)
     kill.write(Path(options.stages_out) / "kill.json")
+    if kill.recovered_after_s is not None:
+        recording["recorder"].split(kill.at_s + kill.recovered_after_s, "recovered")
 
 
 def sample(environment, recorder: Recorder, start: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 TIMELINE_FIELDS = ("t", "users", "replicas")
@@ -96,6 +96,15 @@ class Recorder:
         stage = stage_at(self.stages, t)
         if stage is not None:
             self.requests.setdefault(stage.name, []).append((name, milliseconds, failed))
+
+    def split(self, at_s: float, name: str) -> None:
+        """From `at_s` on, a stage of its own, `name`, cut from the stage `at_s` falls in (requests from then on are
+        counted there): the time after a killed replica's replacement runs."""
+        stage = stage_at(self.stages, at_s)
+        if stage is not None:
+            cut = self.stages.index(stage)
+            self.stages[cut:cut + 1] = [replace(stage, end_s=at_s),
+                                        replace(stage, name=name, start_s=at_s, users_from=stage.users_at(at_s))]
 
     def sample(self, t: float, users: int, replicas: int | None) -> None:
         self.timeline.append((t, users, replicas))

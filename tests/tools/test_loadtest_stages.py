@@ -37,6 +37,16 @@ def test_steps_go_low_high_low_and_each_replica_change_is_timed_from_its_stage(t
     assert run_seconds(args) == 210 and "--low-users" in locust_command(args, 48, tmp_path, server_pid=7)
 
 
+def test_the_time_after_a_replacement_runs_is_a_stage_of_its_own():
+    recorder = Recorder(kill_plan(users=32, duration_s=90, kill_at_s=30))
+    recorder.request(40, "/v1/translate", 900, failed=False)
+    recorder.split(46.5, "recovered")
+    recorder.request(50, "/v1/translate", 100, failed=False)
+    assert [(s.name, s.start_s, s.end_s) for s in recorder.stages] == [
+        ("before-kill", 0, 30), ("after-kill", 30, 46.5), ("recovered", 46.5, 90)]
+    assert [(row["stage"], row["p50_ms"]) for row in recorder.rows()][1:] == [("after-kill", 900), ("recovered", 100)]
+
+
 def test_recorder_summarizes_each_stage(tmp_path):
     recorder = Recorder(plan(peak_users=4, duration_s=40, idle_s=10))
     for t, replicas in ((1, 1), (12, 2), (25, 2), (35, 2), (45, 1)):
