@@ -45,7 +45,8 @@ def step_plan(low_users: int, peak_users: int, high_s: float, after_s: float) ->
     autoscaler needs to remove what the high stage added)."""
     edges = [0, LOW_LEAD_S, LOW_LEAD_S + high_s, LOW_LEAD_S + high_s + after_s]
     users = [low_users, peak_users, low_users]
-    return [Stage(name, edges[i], edges[i + 1], users[i], users[i]) for i, name in enumerate(("low", "high", "low-after"))]
+    names = ("low", "high", "low-after")
+    return [Stage(name, edges[i], edges[i + 1], users[i], users[i]) for i, name in enumerate(names)]
 
 
 def kill_plan(users: int, duration_s: float, kill_at_s: float) -> list[Stage]:
@@ -73,7 +74,8 @@ def cpu_shares(cpu: list[dict], start_s: float, end_s: float) -> dict[int, float
     spread over them."""
     used = {}
     for pid in {int(row["replica"]) for row in cpu}:
-        within = [float(row["cpu_s"]) for row in cpu if int(row["replica"]) == pid and start_s <= float(row["t"]) <= end_s]
+        within = [float(row["cpu_s"]) for row in cpu
+                  if int(row["replica"]) == pid and start_s <= float(row["t"]) <= end_s]
         used[pid] = within[-1] - within[0] if within else 0.0
     total = sum(used.values()) or 1.0
     return {pid: u / total for pid, u in used.items()}
