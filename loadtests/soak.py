@@ -13,7 +13,7 @@ What it measures, every --sample-every seconds (t = 0 when the load starts, plus
   GCS, Serve controller, proxy, replicas, idle workers...) and anything else left in its session. Pages shared
   between processes (libraries, Ray's object store) count once per process, so this overstates real use; what
   matters is how it changes.
-- model_server_mb: the processes whose title contains ServeReplica:<app>:ModelServer (HTTP app and engines)
+- model_server_mb: the processes whose title contains ServeReplica:<app>:Seq2SeqServer (HTTP app and engines)
   (summed over replicas); empty without Ray.
 Steady state starts at the first sample at or after the warm-up, min(60 s, 10% of --duration); growth is
 (last sample - that sample) / that sample, for each series.
@@ -54,7 +54,7 @@ from .server import served
 from .stats import RunSummary
 
 MB = 1024 * 1024
-ROLES = {"model_server": re.compile(r"ServeReplica:[^:\s]+:ModelServer")}
+ROLES = {"model_server": re.compile(r"ServeReplica:[^:\s]+:Seq2SeqServer")}
 SERIES = (("total", "total_mb"), ("model server", "model_server_mb"))
 MAX_WARMUP_S = 60.0
 

@@ -151,7 +151,7 @@ def scrape() -> bytes:
 
 def process_count(metric: Mirrored) -> int:
     """This process's own total of the counter `metric`, over all its labels: in multiprocess mode /metrics sums
-    every process of the node, so one replica's share is read here (ModelServer.describe)."""
+    every process of the node, so one replica's share is read here (Seq2SeqServer.describe)."""
     return int(sum(s.value for family in metric.prom.collect() for s in family.samples if s.name == metric.name))
 
 

@@ -1,4 +1,4 @@
-"""Serve's autoscaling profile for ModelServer, derived from the settings (deploy/README.md explains the numbers),
+"""Serve's autoscaling profile for Seq2SeqServer, derived from the settings (deploy/README.md explains the numbers),
 and the replica count the application runs now.
 
 Replicas follow the batch rows the load asks for (runtime.rows_policy: each replica reports its engines' rows,
@@ -52,7 +52,7 @@ def graceful_shutdown_timeout_s(settings: Settings) -> float:
 
 
 def autoscaling_config(settings: Settings, scaling: Scaling) -> dict:
-    """Serve's autoscaling_config for ModelServer. The downscale delay is the longest request's time: a lull
+    """Serve's autoscaling_config for Seq2SeqServer. The downscale delay is the longest request's time: a lull
     between waves of long requests keeps the replica. Serve 2.60 pushes each replica's metrics to its controller
     every `metrics_interval_s` (its RAY_SERVE_*_AUTOSCALING_METRIC_PUSH_INTERVAL_S variables are read by nothing
     yet) and records them every fifth of the look-back window: a report each second, and a mean over the last

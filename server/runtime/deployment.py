@@ -1,4 +1,4 @@
-"""Ray Serve: the application, one deployment, ModelServer, whose replicas run the FastAPI app beside their engines.
+"""Ray Serve: the application, one deployment, Seq2SeqServer, whose replicas run the FastAPI app beside their engines.
 
     serve run server.runtime.deployment:build_app model=/models/opus-mt-en-de,/models/opus-mt-en-fr
     python -m server                      # local Ray on 127.0.0.1 with the demo model (see runtime.ray_main)
@@ -10,7 +10,7 @@ it the same way. A request for a model this replica does not hold is forwarded (
 Serve's model multiplexing to a replica that holds it or loads it (LRU, at most `max_models_per_replica` per
 replica); each model has its own engine, so batches never mix models.
 
-ModelServer's Serve options are set in `build` only; the request limits among them follow from the settings
+Seq2SeqServer's Serve options are set in `build` only; the request limits among them follow from the settings
 (`request_limits`), and the Serve configs under deploy/ write out the same numbers for their args (a test holds
 them equal), so `python -m server` and `serve run` queue alike.
 """
@@ -53,7 +53,7 @@ CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /
 
 
 def request_limits(settings: Settings) -> dict[str, int]:
-    """Serve's request limits for a ModelServer replica. Serve counts requests, the engine sequences; a request is
+    """Serve's request limits for a Seq2SeqServer replica. Serve counts requests, the engine sequences; a request is
     one sequence at least, so a replica takes the requests its engine can hold (batch rows + waiting sequences;
     beyond them the engine answers 503 at once) plus room for health checks, scrapes and refusals, so those never
     wait behind decoding work; beyond that Serve queues as many as an engine lets wait, plus that room (a burst
@@ -73,9 +73,9 @@ class LoadedModel:
         self.service.close()
 
 
-@serve.deployment(name="ModelServer")  # its options: build()
+@serve.deployment(name="Seq2SeqServer")  # its options: build()
 @serve.ingress()
-class ModelServer:
+class Seq2SeqServer:
     def __init__(self, settings: Settings, registry: ModelRegistry):
         if settings.device == "auto":  # a GPU only if Ray assigned this replica one (it no longer hides them)
             settings = replace(settings, device="cuda" if ray.get_gpu_ids() else "cpu")
@@ -188,12 +188,12 @@ class ModelServer:
 
 def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0,
           health_check_period_s: float = 5, scaling: Scaling | None = None):
-    """The application: ModelServer replicas (the HTTP app and the engines), with every Serve option of theirs set
+    """The application: Seq2SeqServer replicas (the HTTP app and the engines), with every Serve option of theirs set
     here (a Serve config's `deployments:` section may override them): `replicas` of them, or with `scaling` as
     many as the load asks for (runtime.autoscaling). A relative key store is resolved here, where
     the application is built (on the head node, whose file every replica's counts go to: runtime.head_store)."""
     settings = replace(settings, key_store=str(Path(settings.key_store).resolve()))
-    model_server = ModelServer.options(
+    seq2seq_server = Seq2SeqServer.options(
         **({"autoscaling_config": autoscaling_config(settings, scaling)} if scaling else {"num_replicas": replicas}),
         **request_limits(settings),
         backpressure_config={"status_code": QueueFull.status, "retry_after_s": QueueFull.retry_after_s},
@@ -206,14 +206,14 @@ def build(settings: Settings, registry: ModelRegistry, replicas: int = 1, num_cp
         graceful_shutdown_timeout_s=graceful_shutdown_timeout_s(settings),
         ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
     )
-    return model_server.bind(settings, registry)
+    return seq2seq_server.bind(settings, registry)
 
 
 def deploy(app: serve.Application, name: str, route_prefix: str | None, poll_s: float = 0.1) -> DeploymentHandle:
     """serve.run(app, name=..., route_prefix=...), returning once the application runs, as that does, but looking
     every `poll_s` rather than every second. Raises RuntimeError if the deployment fails, with each failed
     deployment's message (a replica's constructor's error) where serve.run gives only the application's.
-    → a handle to the application's ingress deployment (ModelServer for build()'s)."""
+    → a handle to the application's ingress deployment (Seq2SeqServer for build()'s)."""
     serve.run_many([serve.RunTarget(app, name=name, route_prefix=route_prefix)], wait_for_applications_running=False)
     while (status := serve.status().applications[name]).status != "RUNNING":
         if status.status == "DEPLOY_FAILED":

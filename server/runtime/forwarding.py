@@ -1,4 +1,4 @@
-"""Request forwarding inside the Ray Serve application (runtime.deployment): the app of a ModelServer replica serves
+"""Request forwarding inside the Ray Serve application (runtime.deployment): the app of a Seq2SeqServer replica serves
 a model this replica holds here, and forwards a job for any other, as a plain domain job, through Serve's model
 multiplexing to a replica that holds it or loads it."""
 
@@ -37,7 +37,7 @@ def unwrap(error: Exception) -> Exception:
 
 
 class RemoteModel:
-    """The HeldModel interface the app uses, forwarded to the ModelServer replica Serve's multiplexing picks
+    """The HeldModel interface the app uses, forwarded to the Seq2SeqServer replica Serve's multiplexing picks
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
     back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
     unary call to itself only adds a hop. A job whose replica died before answering (a stream: before its first
@@ -59,7 +59,7 @@ class RemoteModel:
         return await once_more_if_lost(lambda _: self._unary_once(method, job), self.timeout_s, arrived)
 
     async def _unary_once(self, method: str, job):
-        """`method` of ModelServer (and of HeldModel) on the replica Serve picks, or here."""
+        """`method` of Seq2SeqServer (and of HeldModel) on the replica Serve picks, or here."""
         async with self._route(method, job) as replica:
             if replica is not None:
                 return await self.handle.dispatch(replica, job)
@@ -99,7 +99,7 @@ class RemoteModel:
 
 
 class ReplicaModels(RegisteredModels):
-    """ModelProvider for the app inside a ModelServer replica: a model this replica holds serves here; any other
+    """ModelProvider for the app inside a Seq2SeqServer replica: a model this replica holds serves here; any other
     is forwarded to the replica Serve's multiplexing picks for it."""
 
     def __init__(self, server):

@@ -153,7 +153,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         replicas = ReplicaCount(log)
         while not stop.wait(0.5):
             try:
-                replicas.update(running_replicas(APP_NAME, "ModelServer"))
+                replicas.update(running_replicas(APP_NAME, "Seq2SeqServer"))
             except Exception as e:  # the controller restarting, or Ray stopping under a Ctrl-C: serving goes on
                 log.debug("replica count unavailable: %s", e)
         return 0

@@ -1,9 +1,9 @@
-"""Serve's autoscaling policy for ModelServer: replicas follow the batch rows the load asks for, not HTTP requests.
+"""Serve's autoscaling policy for Seq2SeqServer: replicas follow the batch rows the load asks for, not HTTP requests.
 
 What limits a replica is its engine's batch rows (a beam-4 request holds 4, a document's chunk one per sentence,
 a glossary adds rows), and a replica that serves HTTP itself (`replica_http`) passes no request through Serve, so
 Serve's own count reads zero there. Each replica therefore reports the rows its engines hold and the rows their
-waiting sequences ask for (`DEMAND_ROWS`, ModelServer.record_autoscaling_stats); Serve's controller keeps each
+waiting sequences ask for (`DEMAND_ROWS`, Seq2SeqServer.record_autoscaling_stats); Serve's controller keeps each
 replica's reports over the look-back window and hands this policy their time-weighted means, every 0.1 s. Serve
 applies the result only once it has asked for the same direction for upscale_delay_s or downscale_delay_s on end
 (its wrapper around every custom policy), then clips it to min/max replicas.

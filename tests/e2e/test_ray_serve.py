@@ -344,7 +344,7 @@ def test_metrics_reach_rays_metrics_export_port(main_app, metrics_dir):
     # Every replica's series carries its deployment.
     deployments = {labels.get("deployment") for name, labels, _ in exported.samples
                    if name in ("ray_s2s_requests_total", "ray_s2s_output_tokens_total")}
-    assert deployments == {"ModelServer"}, deployments
+    assert deployments == {"Seq2SeqServer"}, deployments
 
 
 @pytest.fixture(scope="session")
@@ -633,7 +633,7 @@ def reported_rows(app: str) -> list[tuple[float, float]]:
     from server.runtime.rows_policy import DEMAND_ROWS
 
     controller = _get_global_client()._controller
-    reports = ray.get(controller._get_metrics_for_deployment_for_testing.remote(DeploymentID("ModelServer", app)))
+    reports = ray.get(controller._get_metrics_for_deployment_for_testing.remote(DeploymentID("Seq2SeqServer", app)))
     return [(series[-1].timestamp, series[-1].value) for series in reports.get(DEMAND_ROWS, []) if series]
 
 

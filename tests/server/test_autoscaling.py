@@ -11,7 +11,7 @@ from server.runtime.autoscaling import (
     autoscaling_config,
     graceful_shutdown_timeout_s,
 )
-from server.runtime.deployment import ModelServer, build
+from server.runtime.deployment import Seq2SeqServer, build
 from server.runtime.ray_main import scaling_of
 from server.runtime.rows_policy import RowsPolicy
 from server.settings import Settings
@@ -80,7 +80,7 @@ def test_a_replica_being_removed_is_not_ready():
     """Serve calls a removed replica's __del__ once it has finished its requests; from then its probes say so."""
     import asyncio
 
-    server = ModelServer.func_or_class.__new__(ModelServer.func_or_class)
+    server = Seq2SeqServer.func_or_class.__new__(Seq2SeqServer.func_or_class)
     server.loaded, server.draining = {}, False
     assert server.health(5) == (True, "0 model(s) loaded")
     asyncio.run(server.__del__())  # what Serve runs on a replica it removes, after its requests finished
@@ -113,7 +113,7 @@ class Controller:
             total = values[tick % len(values)]
             per_replica = {f"replica-{i}": total / self.replicas for i in range(self.replicas)}
             ctx = AutoscalingContext(
-                deployment_id=None, deployment_name="ModelServer", app_name="s2s",
+                deployment_id=None, deployment_name="Seq2SeqServer", app_name="s2s",
                 current_num_replicas=self.replicas, target_num_replicas=self.replicas,
                 running_replicas=list(per_replica), total_num_requests=0, total_queued_requests=0,
                 aggregated_metrics={"demand_rows": per_replica}, raw_metrics={},

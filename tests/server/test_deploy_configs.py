@@ -33,7 +33,7 @@ from server.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BUILD_APP_KEYS = {"model", "max_models_per_replica"}  # build_app's own args; the others are Settings fields
-DEPLOYMENTS = {"ModelServer"}  # the names build_app (the configs' import_path) gives its deployments
+DEPLOYMENTS = {"Seq2SeqServer"}  # the names build_app (the configs' import_path) gives its deployments
 
 
 def load_yaml(name: str) -> dict:
@@ -99,12 +99,12 @@ def test_config_passes_rays_schema(config):
 
 @pytest.mark.parametrize("where, key, typo, reported", [
     ((), "http_options", "http_option", "http_option"),
-    (("ModelServer",), "max_ongoing_requests", "max_ongoing_request",
-     "applications[s2s].deployments[ModelServer].max_ongoing_request"),
-    (("ModelServer", "autoscaling_config"), "look_back_period_s", "look_back_period",
-     "applications[s2s].deployments[ModelServer].autoscaling_config.look_back_period"),
-    (("ModelServer", "ray_actor_options"), "num_gpus", "num_gpu",
-     "applications[s2s].deployments[ModelServer].ray_actor_options.num_gpu"),
+    (("Seq2SeqServer",), "max_ongoing_requests", "max_ongoing_request",
+     "applications[s2s].deployments[Seq2SeqServer].max_ongoing_request"),
+    (("Seq2SeqServer", "autoscaling_config"), "look_back_period_s", "look_back_period",
+     "applications[s2s].deployments[Seq2SeqServer].autoscaling_config.look_back_period"),
+    (("Seq2SeqServer", "ray_actor_options"), "num_gpus", "num_gpu",
+     "applications[s2s].deployments[Seq2SeqServer].ray_actor_options.num_gpu"),
 ])
 def test_misspelled_key_is_reported(where, key, typo, reported):
     config = copy.deepcopy(CONFIGS["serve_config.yaml"]())
@@ -160,7 +160,7 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
     built = ray_build_app(build_app(schema.args), name=schema.name, default_runtime_env={})
     assert paths == [[p for p in (args.get("model") or "").split(",") if p]]
     assert {d.name for d in built.deployments} == DEPLOYMENTS
-    model_server = next(d for d in built.deployments if d.name == "ModelServer")
+    model_server = next(d for d in built.deployments if d.name == "Seq2SeqServer")
     settings = model_server._replica_config.init_args[0]
     for key, value in args.items():
         if key not in BUILD_APP_KEYS:
@@ -172,10 +172,10 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
         ingress=d.name == built.ingress_deployment_name) for d in built.deployments}
     infos = override_deployment_info(infos, schema)  # raises for a deployment name the app does not have
 
-    effective = infos["ModelServer"].deployment_config
-    configured = deployment(config, "ModelServer")
+    effective = infos["Seq2SeqServer"].deployment_config
+    configured = deployment(config, "Seq2SeqServer")
     assert effective.max_ongoing_requests == configured["max_ongoing_requests"]
-    assert infos["ModelServer"].replica_config.ray_actor_options["num_gpus"] == \
+    assert infos["Seq2SeqServer"].replica_config.ray_actor_options["num_gpus"] == \
         configured["ray_actor_options"]["num_gpus"]
     assert effective.max_ongoing_requests >= settings.max_batch_rows, "replicas could never fill a batch"
     assert effective.graceful_shutdown_timeout_s >= settings.request_timeout_s, "scale-down would cut requests"
@@ -185,11 +185,11 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
 
 def test_config_writes_the_request_limits_the_app_derives(config):
     """`serve run` with a config queues as `python -m server` does: the request limits the config writes under
-    ModelServer are those build() gives the deployment for the config's args, and there is one rule for them."""
+    Seq2SeqServer are those build() gives the deployment for the config's args, and there is one rule for them."""
     app = config["applications"][0]
     deployment_module = importlib.import_module(split_import_path(app["import_path"])[0])
     settings = Settings(**{k: Settings.coerce(k, v) for k, v in app["args"].items() if k not in BUILD_APP_KEYS})
-    configured = deployment(config, "ModelServer")
+    configured = deployment(config, "Seq2SeqServer")
     limits = deployment_module.request_limits(settings)
     assert {key: configured[key] for key in limits} == limits
     built = deployment_module.build(settings, registry=None)._bound_deployment._deployment_config
@@ -294,7 +294,7 @@ def test_rayservice_manifest():
 
     # Serve's autoscaling must fit in what the Ray autoscaler can add.
     serve_config = CONFIGS["rayservice.yaml serveConfigV2"]()
-    model_server = deployment(serve_config, "ModelServer")
+    model_server = deployment(serve_config, "Seq2SeqServer")
     wanted = model_server["autoscaling_config"]["max_replicas"] * model_server["ray_actor_options"]["num_gpus"]
     assert wanted <= sum(gpus(g) * g["maxReplicas"] for g in gpu_groups)
 
@@ -524,7 +524,7 @@ def test_config_writes_the_autoscaling_profile_the_app_derives(config):
 
     app = config["applications"][0]
     settings = Settings(**{k: Settings.coerce(k, v) for k, v in app["args"].items() if k not in BUILD_APP_KEYS})
-    configured = deployment(config, "ModelServer")
+    configured = deployment(config, "Seq2SeqServer")
     bounds = Scaling(configured["autoscaling_config"]["min_replicas"], configured["autoscaling_config"]["max_replicas"])
     assert configured["autoscaling_config"] == autoscaling_config(settings, bounds)
     assert configured["graceful_shutdown_timeout_s"] == graceful_shutdown_timeout_s(settings)

@@ -97,7 +97,7 @@ def test_kill_run_holds_the_users_before_and_after_the_kill_and_passes_the_serve
 def test_the_replica_to_kill_is_the_busiest_of_this_process_tree():
     """Two stand-in replicas (processes titled as Ray titles them), one busy: it is the one picked."""
     code = "import sys, time\nwhile sys.argv[1] == 'busy': pass\ntime.sleep(60)"
-    stand_ins = {role: subprocess.Popen([sys.executable, "-c", code, role, "ray::ServeReplica:s2s:ModelServer"])
+    stand_ins = {role: subprocess.Popen([sys.executable, "-c", code, role, "ray::ServeReplica:s2s:Seq2SeqServer"])
                  for role in ("busy", "idle")}
     try:
         # a process just started may not show its command line yet on a loaded machine (seen once in a full run)
