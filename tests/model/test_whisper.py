@@ -21,7 +21,7 @@ from model.audio.features import padded_features
 from model.kernels import isa
 from model.speech import window_segments
 
-NEW_TOKENS = 8
+NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
