@@ -52,6 +52,18 @@ def replica_pids(server_pid: int) -> set[int]:
     return found
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its descendants (a replica's engine processes are its children)."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            total += sum(process.cpu_times()[:2])
+        except psutil.Error:  # exited meanwhile
+            pass
+    return total
+
+
 def busiest(pids: set[int], over_s: float = BUSIEST_OVER_S) -> int:
     """The replica that used the most CPU over `over_s`: one decoding requests (a replica that does not hold the
     model forwards its requests to one that does)."""

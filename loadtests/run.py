@@ -41,7 +41,7 @@ from pathlib import Path
 from .charts import history_chart, stage_chart, sweep_chart
 from .replica_kill import Kill
 from .server import served, start_group, stop_group, tail, wait_exited
-from .stages import read_csv
+from .stages import LOW_LEAD_S, cpu_shares, read_csv, replica_changes, step_plan
 from .stages import table as stages_table
 from .stats import RunSummary, Slo, summarize, table
 
@@ -103,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="stages instead of a steady load (loadtests/staged.py): up to --users over a quarter of "
                         "--duration, held half, down a quarter, then --idle with none; a table and chart by stage")
     p.add_argument("--idle", type=duration, default=duration("90s"), help="--staged: the last stage, no users")
+    p.add_argument("--low-users", type=user_count,
+                   help="--staged in steps: this many users for 30 s, --users for --duration, this many for --idle")
     p.add_argument("--kill-replica-at", type=duration,
                    help="with --start-server (Ray): kill the busiest replica this far into a steady run")
     server = p.add_argument_group("server")
@@ -119,6 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--compare-server-args needs --start-server")
     if args.staged and args.sweep:
         p.error("--staged runs one load that changes by itself: no --sweep")
+    if args.low_users and not args.staged:
+        p.error("--low-users needs --staged")
     if args.kill_replica_at is not None and (not args.start_server or args.staged or args.sweep
                                              or args.compare_server_args is not None
                                              or args.kill_replica_at >= args.duration):
@@ -138,7 +142,7 @@ def configurations(args: argparse.Namespace) -> list[Configuration]:
 
 
 def run_seconds(args: argparse.Namespace) -> int:
-    return args.duration + (args.idle if args.staged else 0)
+    return args.duration + (args.idle if args.staged else 0) + (LOW_LEAD_S if args.low_users else 0)
 
 
 def staged_locust(args: argparse.Namespace) -> bool:
@@ -150,8 +154,12 @@ def locust_command(args: argparse.Namespace, users: int, directory: Path, server
     prefix = str(directory / "locust")
     staged = ["--peak-users", str(users), "--stage-s", str(args.duration), "--idle-s", str(args.idle),
               "--stages-out", str(directory)] if staged_locust(args) else []
+    if args.low_users:
+        staged += ["--low-users", str(args.low_users)]
+    if staged_locust(args) and server_pid is not None:
+        staged += ["--server-pid", str(server_pid)]
     if args.kill_replica_at is not None:
-        staged += ["--kill-at-s", str(args.kill_replica_at), "--server-pid", str(server_pid)]
+        staged += ["--kill-at-s", str(args.kill_replica_at)]
     return [sys.executable, "-m", "locust", "-f", str(STAGED_LOCUSTFILE if staged_locust(args) else LOCUSTFILE),
             "--headless", "--host", args.host, *staged,
             "--users", str(users), "--spawn-rate", str(args.spawn_rate), "--run-time", f"{run_seconds(args)}s",
@@ -180,6 +188,13 @@ def run_locust(args: argparse.Namespace, users: int, directory: Path, name: str,
             f"{name}: {users} users, a replica killed at {args.kill_replica_at} s"
         stage_chart(directory, directory / "stages.png", title)
         print(stages_table(read_csv(directory / "stages.csv")))
+        if args.low_users:
+            stages = step_plan(args.low_users, users, args.duration, args.idle)
+            print("\n".join(replica_changes(read_csv(directory / "timeline.csv"), stages)))
+            high = stages[1]
+            shares = cpu_shares(read_csv(directory / "cpu.csv"), (high.start_s + high.end_s) / 2, high.end_s)
+            print("CPU shares of the replicas over the high stage's second half:",
+                  ", ".join(f"{share:.0%}" for share in sorted(shares.values(), reverse=True)) or "none sampled")
     if args.kill_replica_at is not None:
         kill = directory / "kill.json"
         print(Kill.read(kill).line() if kill.exists() else "killed replica: no replacement ran within the run")

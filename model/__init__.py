@@ -28,7 +28,7 @@ _HOMES = {
     ".text.languages": ["UnsupportedLanguage", "iso_code", "match_language"],
     ".network.architecture": ["ModelConfig"],
     ".network.transformer": ["Seq2SeqTransformer"],
-    ".text": ["FORMATS", "SPLIT_MODES", "SUFFIXES", "Document", "Documents", "FileError", "FileTooLarge", "MarkupError",
+    ".text": ["FORMATS", "SPLIT_MODES", "SUFFIXES", "PreparedText", "PreparedTexts", "FileError", "FileTooLarge", "MarkupError",
               "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
               "written_as"],
     ".translator": ["Translation", "Translator"],

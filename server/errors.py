@@ -64,6 +64,13 @@ class EngineFailed(ServerError):
     retry_after_s = 1
 
 
+class ShuttingDown(ServerError):
+    """The server process stopped before the request finished (its drain ran out): another process may take it."""
+
+    status, code = 503, "shutting_down"
+    retry_after_s = 1
+
+
 # What the server serves, found by the front (front/served_languages.py, front/document_jobs.py, front/dispatch.py,
 # front/glossaries.py). The message is the native API's; each compatible API words them in its own error table.
 

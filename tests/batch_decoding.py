@@ -24,10 +24,10 @@ def decode_joining(network, entries, capacity: int, join_at_most: int = 2, *, ma
     steps, results, pending = {}, {}, list(entries)
     advance = decoder._advance
 
-    def recording(searches, scores, logprobs, *rest):
+    def recording(searches, step):
         for key, search in decoder.searches.items():
-            steps.setdefault(key, []).append(logprobs[search.rows].clone())
-        return advance(searches, scores, logprobs, *rest)
+            steps.setdefault(key, []).append(step.logprobs[search.rows].clone())
+        return advance(searches, step)
 
     decoder._advance = recording
     while pending or decoder.searches:

@@ -137,6 +137,7 @@ class Search:
         self.max_length = target_length(params.max_new_tokens) + self.prompt_steps
         self.sequences: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.start_id = params.decoder_prompt[0] if params.decoder_prompt else start_id
+        self.kind = None  # how a batch steps it (kinds.Kind; set by kinds.new_search)
 
     @property
     def num_rows(self) -> int:
@@ -160,6 +161,10 @@ class Search:
 
     def eos_banned(self) -> bool:
         return self.generated() < self.params.min_new_tokens
+
+    def streamed_token(self) -> int | None:
+        """The token this step produced, for streaming: only a search of one row has one."""
+        return None
 
 
 class SingleSearch(Search):
@@ -191,6 +196,9 @@ class SingleSearch(Search):
             scores = scores.masked_fill(drop.scatter(0, order, drop), NEG_INF)
         probs = scores.softmax(-1).cpu()
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def streamed_token(self) -> int | None:
+        return self.sequences[0][-1] if self.generated() > 0 else None  # not a decoder prompt's token
 
     def advance(self, token: int, logprob: float) -> None:
         self.sequences[0].append(token)

@@ -113,6 +113,11 @@ class EngineHandle:
         raise NotImplementedError
 
     @property
+    def demand_rows(self) -> int:
+        """Batch rows this engine's unfinished sequences hold or wait for (what the autoscaler weighs)."""
+        raise NotImplementedError
+
+    @property
     def alive(self) -> bool:
         raise NotImplementedError
 
@@ -146,6 +151,11 @@ class EngineLoop(EngineHandle):
             self.lock.notify_all()
         self.thread.join(timeout)
         self.engine.close()
+
+    @property
+    def demand_rows(self) -> int:
+        with self.lock:
+            return self.scheduler.demand_rows
 
     @property
     def alive(self) -> bool:

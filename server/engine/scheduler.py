@@ -58,6 +58,11 @@ class Scheduler:
     def rows_in_use(self) -> int:
         return sum(r.rows for r in self.running.values())
 
+    @property
+    def demand_rows(self) -> int:
+        """The rows of the sequences in hand: held by the running ones, asked for by the waiting ones."""
+        return self.rows_in_use + sum(s.rows for s in self.waiting)
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.to_cancel)
 

@@ -6,8 +6,9 @@ import asyncio
 from dataclasses import replace
 from typing import AsyncIterator
 
-from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
-                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, with_glossary)
+from model import (AlignmentInput, DecodeParams, Glossary, Hypothesis, MarkupError, ModelBundle, PreparedText,
+                   PreparedTexts, Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare,
+                   with_glossary)
 
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -84,24 +85,24 @@ class HeldModel:
         if job.glossary and params.do_sample:
             raise InvalidRequest("a glossary needs greedy or beam search, not sampling", field="glossary")
         encoded: dict = {}  # (target, sentence) → Source: tokenized while cutting the texts, not tokenized again
-        documents = Documents([self._document(text, name, job.text_options, source_lang, target, encoded)
-                               for (text, target), name in zip(targeted, job.fields)])
+        prepared = PreparedTexts([self._prepared(text, name, job.text_options, source_lang, target, encoded)
+                                  for (text, target), name in zip(targeted, job.fields)])
         limit = self.settings.max_request_units
-        if len(documents.units) > limit:
-            raise TooManySentences(len(documents.units), limit)
-        fields = [name for name, document in zip(job.fields, documents.documents) for _ in document.units]
-        targets = [target for (_, target), document in zip(targeted, documents.documents) for _ in document.units]
-        sources = self._constrained(self._sources(documents.units, fields, source_lang, targets, encoded),
-                                    documents.units, job.glossary)
+        if len(prepared.units) > limit:
+            raise TooManySentences(len(prepared.units), limit)
+        fields = [name for name, text in zip(job.fields, prepared.texts) for _ in text.units]
+        targets = [target for (_, target), text in zip(targeted, prepared.texts) for _ in text.units]
+        sources = self._constrained(self._sources(prepared.units, fields, source_lang, targets, encoded),
+                                    prepared.units, job.glossary)
         self._check_rows(sources, params)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
         except TimeoutError:
             raise self._timed_out() from None
-        alignments = await self._alignments(documents, sources, finals)
-        rendered = documents.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
-        texts = [self._translated(text, hyps) for text, hyps in zip(rendered, documents.per_document(finals))]
+        alignments = await self._alignments(prepared, sources, finals)
+        rendered = prepared.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
+        texts = [self._translated(text, hyps) for text, hyps in zip(rendered, prepared.per_text(finals))]
         named = {target for _, target in targeted}
         target_lang = named.pop() if len(named) == 1 else None  # texts that name their own targets may differ
         return TranslationResult(model=self.name, texts=tuple(texts), source_lang=source_lang, target_lang=target_lang,
@@ -127,8 +128,8 @@ class HeldModel:
         if rows > self.settings.max_batch_rows:
             raise TooManyRows(params.num_beams, rows, self.settings.max_batch_rows)
 
-    def _document(self, text: str, field: str, options: TextOptions, source_lang: str | None,
-                  target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> Document:
+    def _prepared(self, text: str, field: str, options: TextOptions, source_lang: str | None,
+                  target_lang: str | None, encoded: dict[tuple[str | None, str], Source]) -> PreparedText:
         def fits(sentence: str) -> bool:
             key = (target_lang, sentence)
             if key not in encoded:
@@ -146,14 +147,14 @@ class HeldModel:
         except ValueError as e:  # an unknown format or split mode
             raise InvalidRequest(str(e), field=field) from None
 
-    async def _alignments(self, documents: Documents, sources: list[Source],
+    async def _alignments(self, prepared: PreparedTexts, sources: list[Source],
                           finals: list[list[Hypothesis]]) -> dict:
         """Word alignments (cross-attention) of the units with inline marks, by unit index: a torch pass, beside
         the engine's decoding."""
-        marked = documents.marked_units()
+        marked = prepared.marked_units()
         if not marked:
             return {}
-        units = documents.units
+        units = prepared.units
         inputs = [AlignmentInput(units[i], sources[i].ids, finals[i][0].token_ids) for i in marked]
         return dict(zip(marked, await self.engine.align(inputs)))
 

@@ -46,6 +46,7 @@ from .head_store import head_store
 from .listen import reuseport_socket, uvicorn_server
 from .local import load_service, services_health
 from .process import set_engine_threads
+from .rows_policy import DEMAND_ROWS
 
 log = logging.getLogger("ray.serve")  # what Serve writes to each replica's log (a logger of our own goes nowhere)
 CONTROL_REQUESTS = 64  # a replica's room beyond its engines' rows and queues: /healthz, /metrics, quick refusals
@@ -160,6 +161,11 @@ class ModelServer:
         if self.draining:
             return False, "draining: this replica is being removed and finishes the requests it has"
         return services_health(list(self.loaded.values()), stale_after_s)
+
+    def record_autoscaling_stats(self) -> dict[str, int]:
+        """Serve's hook for custom autoscaling metrics, called every second (runtime.autoscaling): the rows this
+        replica's engines hold and wait for, summed over its models (their engines share the replica's cores)."""
+        return {DEMAND_ROWS: sum(service.engine.demand_rows for service in list(self.loaded.values()))}
 
     def check_health(self) -> None:
         """Serve calls this periodically; a dead or stuck engine loop gets the replica replaced."""

@@ -127,6 +127,13 @@ class EngineProcess(EngineHandle):
             return False
 
     @property
+    def demand_rows(self) -> int:
+        """The sequences sent and not finished are the ones the engine's scheduler runs or keeps waiting (or are
+        on the pipe to it): their rows, counted here without asking the engine process."""
+        with self.lock:
+            return sum(s.rows for s in self.unfinished.values())
+
+    @property
     def alive(self) -> bool:
         return self.process.is_alive() and self.heartbeat.value >= 0
 

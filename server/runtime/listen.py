@@ -13,6 +13,7 @@ import socket
 from fastapi import FastAPI
 
 from ..settings import Settings
+from .connections import AnswerCutRequests, ConnectionAgeLimit
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -33,14 +34,17 @@ def ensure_free(host: str, port: int) -> None:
 
 def uvicorn_server(app: FastAPI, settings: Settings, lifespan: str = "auto"):
     """On should_exit (SIGTERM/Ctrl-C in a main thread) it stops accepting connections and lets in-flight
-    requests finish, up to drain_timeout_s. What the process built until now is frozen out of the collector's
-    sight (gc.freeze): it lives as long as the process, and each full collection of the objects of the imports and
-    the app stopped the event loop for a tenth of a second or so."""
+    requests finish, up to drain_timeout_s; connections age out and cut requests answer 503 (runtime.connections).
+    What the process built until now is frozen out of the collector's sight (gc.freeze): it lives as long as the
+    process, and each full collection of the objects of the imports and the app stopped the event loop for a tenth
+    of a second or so."""
     import uvicorn
 
     gc.collect()
     gc.freeze()
 
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+    served = AnswerCutRequests(ConnectionAgeLimit(app), draining=lambda: server.should_exit)
+    config = uvicorn.Config(served, host=settings.host, port=settings.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=settings.drain_timeout_s, lifespan=lifespan)
-    return uvicorn.Server(config)
+    server = uvicorn.Server(config)
+    return server

@@ -28,14 +28,10 @@ log = logging.getLogger("server")
 # replica, and answers 503 with Retry-After only if that fails too (runtime.replica_lost).
 PROXY_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "server.runtime.replica_lost.proxy_middlewares"}
 
-# Proxies and handles report their ongoing requests to the autoscaler every second, not every 10 s (Serve's
-# default), so that the profile's delays (runtime.autoscaling), not the reports, set how fast replicas follow.
-AUTOSCALING_ENV = {"RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1"}
-
 # Read by Ray at import, inherited by every process of a local instance: loopback only, and proxy checks
 # patient enough for a small busy machine (Serve restarts a proxy that is not ready within 5 s by default).
 LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
-                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30", **PROXY_ENV, **AUTOSCALING_ENV}
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30", **PROXY_ENV}
 
 
 def keep_replica_grpc_on_loopback() -> None:
@@ -141,8 +137,7 @@ def serve_with_ray(args: argparse.Namespace, settings: Settings, registry) -> in
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         scaling = scaling_of(args)
-        # Serve scales on the requests its proxy and handles count: a replica serving HTTP itself counts none
-        settings = replace(settings, replica_http=not (args.serve_proxy or scaling))
+        settings = replace(settings, replica_http=not args.serve_proxy)
         serve.start(proxy_location="Disabled" if settings.replica_http else None,
                     http_options={"host": settings.host, "port": settings.port})
         gpu = gpus_available() and settings.device in ("auto", "cuda")
@@ -190,7 +185,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HTTP through Serve's proxies, which hand each request to a replica (by default each "
                              "replica serves HTTP on the port itself)")
     parser.add_argument("--replica-cpus", type=float, default=1)
-    scaling = parser.add_argument_group("autoscaling (through Serve's proxy: implies --serve-proxy)")
+    scaling = parser.add_argument_group("autoscaling (on the engines' batch rows, deploy/README.md)")
     scaling.add_argument("--min-replicas", type=int, help="replicas kept when idle; with --max-replicas")
     scaling.add_argument("--max-replicas", type=int, help="replicas under load at most; with --min-replicas")
     scaling.add_argument("--upscale-delay-s", type=float, help="load must last this long before a replica is added "

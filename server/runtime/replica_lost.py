@@ -8,6 +8,9 @@ Serve's router marks a replica dead when a request to it fails with its death, s
 live one. A stream that started is never sent again (its client has part of it); a request is sent again at most once,
 and only one whose work may run twice, as its route declares (api.resending). Serve's proxy alone answers such a
 request with a bare 500.
+
+The proxies load one more middleware (`RetryAfterOn503`): Serve's own 503s (no replica of the deployment yet, a
+deployment that failed) carry no Retry-After; every 503 a proxy sends does.
 """
 
 from __future__ import annotations
@@ -120,9 +123,27 @@ class RetryLostReplica:
         return started
 
 
+class RetryAfterOn503:
+    """ASGI middleware around Serve's HTTP proxy: a 503 without Retry-After (Serve's own) gets the server's."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def with_retry_after(message):
+            if message["type"] == "http.response.start" and message["status"] == 503 and not any(
+                    name.lower() == b"retry-after" for name, _ in message.get("headers", [])):
+                retry_after = str(EngineFailed.retry_after_s).encode()
+                message = {**message, "headers": [*message.get("headers", []), (b"retry-after", retry_after)]}
+            await send(message)
+
+        await self.app(scope, receive, with_retry_after if scope["type"] == "http" else send)
+
+
 def proxy_middlewares() -> list:
     """Serve's HTTP proxies call this at start (RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH names it)."""
     from starlette.middleware import Middleware
 
     settings = Settings.from_env()
-    return [Middleware(RetryLostReplica, timeout_s=settings.request_timeout_s, settings=settings)]
+    return [Middleware(RetryAfterOn503),
+            Middleware(RetryLostReplica, timeout_s=settings.request_timeout_s, settings=settings)]

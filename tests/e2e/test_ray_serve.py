@@ -623,17 +623,66 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
         assert len(handle.describe.remote().result()["models"]) == 2  # the least recently used was evicted
 
 
-def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothing(serve_url):
-    """min 1 / max 2 replicas with short delays (runtime.autoscaling): 8 clients at once take the count (in
-    /v1/models and the s2s_replicas gauge) to 2; then one client alone, streaming, whose streams go on while Serve
-    removes a replica (it drains what it has), sees the count back at 1. Every request answers 200 and every
-    stream ends with [DONE]."""
+def reported_rows(app: str) -> list[tuple[float, float]]:
+    """The demand rows each replica of `app` reported, as Serve's controller holds them for its autoscaling
+    policy: (time, rows) of every replica's last sample."""
+    import ray
+    from ray.serve._private.common import DeploymentID
+    from ray.serve.context import _get_global_client
+
+    from server.runtime.rows_policy import DEMAND_ROWS
+
+    controller = _get_global_client()._controller
+    reports = ray.get(controller._get_metrics_for_deployment_for_testing.remote(DeploymentID("ModelServer", app)))
+    return [(series[-1].timestamp, series[-1].value) for series in reports.get(DEMAND_ROWS, []) if series]
+
+
+def test_the_autoscaler_receives_the_engines_rows_in_use_and_waiting(serve_url, metrics_dir, slow_checkpoint):
+    """A replica serving HTTP itself (no request passes through Serve) reports its engine's rows: 16 beam-4
+    sentences on 8 rows are 2 running and 14 waiting, 64 rows, then less as pairs finish. Each report the
+    controller holds is what the engine's own gauges (rows in use + 4 × waiting) said during the report interval
+    before it (a report is sampled each second, on the replica's event loop: up to a second more on a busy box)."""
+    from server.runtime.autoscaling import METRICS_INTERVAL_S, Scaling
+
+    settings = Settings(dtype="float32", max_batch_rows=8, max_new_tokens=250)
+    with deployed_at(serve_url, "replica-http", "rows", [str(slow_checkpoint)], settings,
+                     scaling=Scaling(1, 1)) as (url, handle):
+        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
+        pid = handle.describe.remote().result()["pid"]
+        request = threading.Thread(target=translate, args=(url,), daemon=True,
+                                   kwargs=dict(text=[f"hello world {i}" for i in range(16)], beam_size=4))
+        request.start()
+        seen: list[tuple[float, float]] = []  # (time, the engine's rows) every 0.1 s
+
+        def engine_rows() -> float:
+            gauges = process_scrape(metrics_dir, pid)
+            seen.append((time.time(), gauges.get("s2s_kv_cache_rows_used") + 4 * gauges.get("s2s_waiting_sequences")))
+            return seen[-1][1]
+
+        assert eventually(lambda: engine_rows() == 64, timeout=30, interval=0.1), seen[-1]
+        reports = set()
+        while len(reports) < 5 and request.is_alive():  # five reports while pairs of sentences finish
+            engine_rows()
+            reports.update((t, rows) for t, rows in reported_rows("rows") if t > seen[0][0] + 2 * METRICS_INTERVAL_S)
+            time.sleep(0.1)
+        assert len(reports) == 5
+        for t, rows in reports:
+            assert rows in {r for at, r in seen if t - 2 * METRICS_INTERVAL_S <= at <= t}, (t, rows, seen)
+        assert max(rows for _, rows in reports) > 8  # not an idle replica's
+        request.join(120)
+
+
+@INGRESSES
+def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothing(serve_url, ingress):
+    """min 1 / max 2 replicas with short delays (runtime.autoscaling), replicas of 2 rows: 8 clients at once ask
+    for 8 rows and take the count (in /v1/models and the s2s_replicas gauge) to 2; then one client alone, streaming,
+    whose streams go on while Serve removes a replica (it drains what it has), sees the count back at 1. Every
+    request answers 200 and every stream ends with [DONE], through Serve's proxy and from the replicas' own port."""
     from server.runtime.autoscaling import Scaling
 
-    settings = replace(SETTINGS, max_batch_rows=2)  # target: 1 ongoing request per replica
+    settings = replace(SETTINGS, max_batch_rows=2)
     scaling = Scaling(1, 2, upscale_delay_s=1, downscale_delay_s=2)
-    with deployed("autoscaled", [], settings, scaling=scaling):
-        url = f"{serve_url}/autoscaled"
+    with deployed_at(serve_url, ingress, "autoscaled", [], settings, scaling=scaling) as (url, _):
         statuses: list[int | str] = []
         burst_over, done = threading.Event(), threading.Event()
 
@@ -650,8 +699,8 @@ def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothi
                     with http.stream("POST", f"{url}/v1/generate", json=body) as response:
                         ended = "data: [DONE]" in response.read().decode()
                         statuses.append(response.status_code if ended or response.status_code != 200 else "cut")
-                    # a pause between streams: Serve keeps ceil(ongoing requests / target) replicas, and one client
-                    # streaming back to back, with the polls beside it, averages just over 1
+                    # a pause between streams: one row held back to back is a 2-row replica at half, the bound
+                    # below which one replica fewer is enough
                     done.wait(0.3)
 
         def replicas() -> tuple[int, float]:
@@ -666,7 +715,7 @@ def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothi
             # bounds, not targets: a new replica imports torch and loads the model, and under xdist the other
             # worker's tests share the two cores
             assert eventually(lambda: replicas() == (2, 2), timeout=120, interval=0.5), replicas()
-            burst_over.set()  # the streaming client goes on; Serve's look-back window (30 s) sets how long this takes
+            burst_over.set()  # the streaming client goes on
             assert eventually(lambda: replicas() == (1, 1), timeout=120, interval=1), replicas()
         finally:
             burst_over.set()

@@ -8,7 +8,7 @@ from oracles import assert_cached_steps_equal_full
 
 from model import BatchDecoder, DecodeParams, Translator, load
 from model.network import layers
-from model.decoding.batch_decoder import vocabulary_argmax, vocabulary_topk
+from model.decoding.vocabulary import vocabulary_argmax, vocabulary_topk
 from model.network.kv_cache import KVCache
 from model.network.layers import attention
 

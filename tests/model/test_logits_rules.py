@@ -9,7 +9,7 @@ from transformers import (ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsPro
                           MinNewTokensLengthLogitsProcessor, NoBadWordsLogitsProcessor, NoRepeatNGramLogitsProcessor,
                           RepetitionPenaltyLogitsProcessor)
 
-from model.decoding.batch_decoder import new_search
+from model.decoding.kinds import new_search
 from model.decoding.logits_rules import ActiveRules, RowRules
 from model.decoding.search import DecodeParams
 

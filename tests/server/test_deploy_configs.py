@@ -101,8 +101,8 @@ def test_config_passes_rays_schema(config):
     ((), "http_options", "http_option", "http_option"),
     (("ModelServer",), "max_ongoing_requests", "max_ongoing_request",
      "applications[s2s].deployments[ModelServer].max_ongoing_request"),
-    (("ModelServer", "autoscaling_config"), "target_ongoing_requests", "target_ongoing_request",
-     "applications[s2s].deployments[ModelServer].autoscaling_config.target_ongoing_request"),
+    (("ModelServer", "autoscaling_config"), "look_back_period_s", "look_back_period",
+     "applications[s2s].deployments[ModelServer].autoscaling_config.look_back_period"),
     (("ModelServer", "ray_actor_options"), "num_gpus", "num_gpu",
      "applications[s2s].deployments[ModelServer].ray_actor_options.num_gpu"),
 ])
@@ -177,8 +177,6 @@ def test_config_applies_to_the_built_app(config, monkeypatch):
     assert effective.max_ongoing_requests == configured["max_ongoing_requests"]
     assert infos["ModelServer"].replica_config.ray_actor_options["num_gpus"] == \
         configured["ray_actor_options"]["num_gpus"]
-    if effective.autoscaling_config is not None:  # below the target, Serve never adds a replica
-        assert effective.max_ongoing_requests >= effective.autoscaling_config.target_ongoing_requests
     assert effective.max_ongoing_requests >= settings.max_batch_rows, "replicas could never fill a batch"
     assert effective.graceful_shutdown_timeout_s >= settings.request_timeout_s, "scale-down would cut requests"
     assert effective.max_ongoing_requests > settings.max_batch_rows + settings.max_waiting_sequences, \
@@ -530,10 +528,3 @@ def test_config_writes_the_autoscaling_profile_the_app_derives(config):
     bounds = Scaling(configured["autoscaling_config"]["min_replicas"], configured["autoscaling_config"]["max_replicas"])
     assert configured["autoscaling_config"] == autoscaling_config(settings, bounds)
     assert configured["graceful_shutdown_timeout_s"] == graceful_shutdown_timeout_s(settings)
-
-
-def test_rayservice_proxies_report_load_as_python_m_server_does():
-    from server.runtime.ray_main import AUTOSCALING_ENV
-
-    head = rayservice()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert AUTOSCALING_ENV.items() <= {e["name"]: e["value"] for e in head["env"]}.items()

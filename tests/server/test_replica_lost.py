@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from server.front.streams import opened
-from server.runtime.replica_lost import ReplicaLost, RetryLostReplica, once_more_if_lost
+from server.runtime.replica_lost import ReplicaLost, RetryAfterOn503, RetryLostReplica, once_more_if_lost
 
 
 class DyingProxy:
@@ -51,6 +51,21 @@ def test_a_second_death_or_a_retry_past_the_timeout_answers_503_with_retry_after
         assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
         assert response.json()["error"]["code"] == "engine_failed"
         assert len(proxy.bodies) == 2  # once retried, never more
+
+
+def test_serves_own_503_gets_retry_after_and_ours_keep_theirs():
+    async def answer(status: int, headers: list):
+        async def proxy(scope, receive, send):
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+
+        transport = httpx.ASGITransport(app=RetryAfterOn503(proxy))
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            return (await client.get("/v1/models")).headers.get_list("retry-after")
+
+    assert asyncio.run(answer(503, [])) == ["1"]  # Serve's "no replica" answer
+    assert asyncio.run(answer(503, [(b"Retry-After", b"7")])) == ["7"]
+    assert asyncio.run(answer(200, [])) == []
 
 
 def test_a_request_that_stores_something_is_not_sent_again():

@@ -49,6 +49,16 @@ def test_admits_first_come_first_served_within_rows_and_never_skips_ahead():
     assert scheduler.rows_in_use == 3 and list(scheduler.waiting) == [c, d]
 
 
+def test_demand_is_the_rows_running_sequences_hold_and_waiting_ones_ask_for():
+    """What a replica reports to the autoscaler (runtime.rows_policy): a beam-4 sequence counts 4 rows, running or
+    waiting."""
+    s = Scheduler(max_rows=6, max_batch_tokens=1000, max_waiting=10)
+    s.add([request(3, beams=4), request(3), request(3, beams=4), request(3)])
+    assert s.demand_rows == 10
+    s.schedule()  # 4 + 1 rows admitted; the second beam-4 sequence waits (next in line: nothing skips ahead)
+    assert (s.rows_in_use, s.demand_rows) == (5, 10)
+
+
 def test_padded_token_budget_bounds_one_encoder_pass():
     scheduler = Scheduler(max_rows=64, max_batch_tokens=30, max_waiting=10)
     short, long_, other = request(5), request(12), request(4)

@@ -11,7 +11,8 @@ import pytest
 from loadtests.charts import stage_chart
 from loadtests.replica_kill import Kill, busiest, replica_pids
 from loadtests.run import locust_command, parse_args, run_seconds
-from loadtests.stages import Recorder, kill_plan, plan, read_csv, stage_at, table
+from loadtests.stages import (Recorder, cpu_shares, kill_plan, plan, read_csv, replica_changes, stage_at, step_plan,
+                              table)
 
 
 def test_plan_ramps_up_holds_ramps_down_and_idles():
@@ -20,6 +21,30 @@ def test_plan_ramps_up_holds_ramps_down_and_idles():
         ("ramp-up", 0, 30), ("hold", 30, 90), ("ramp-down", 90, 120), ("idle", 120, 210)]
     assert [stage_at(stages, t).users_at(t) for t in (0, 15, 60, 105, 150)] == [1, 8, 16, 8, 0]
     assert stage_at(stages, 210) is None  # the shape then stops the test
+
+
+def test_steps_go_low_high_low_and_each_replica_change_is_timed_from_its_stage(tmp_path):
+    stages = step_plan(low_users=2, peak_users=48, high_s=90, after_s=90)
+    assert [(s.name, s.start_s, s.end_s, s.users_at(s.start_s)) for s in stages] == [
+        ("low", 0, 30, 2), ("high", 30, 120, 48), ("low-after", 120, 210, 2)]
+    timeline = [{"t": t, "replicas": r} for t, r in ((10, "1"), (40, ""), (52, "2"), (130, "2"), (155, "1"))]
+    assert replica_changes(timeline, stages) == ["replicas 1 -> 2 at 52 s (22 s into high)",
+                                                 "replicas 2 -> 1 at 155 s (35 s into low-after)"]
+    cpu = [{"t": t, "replica": pid, "cpu_s": c} for t, pid, c in ((60, 1, 10), (60, 2, 0), (120, 1, 40), (120, 2, 10))]
+    assert cpu_shares(cpu, 60, 120) == {1: 0.75, 2: 0.25}
+    args = parse_args(["--staged", "--low-users", "2", "--users", "48", "--duration", "90s", "--idle", "90s",
+                       "--out", str(tmp_path)])
+    assert run_seconds(args) == 210 and "--low-users" in locust_command(args, 48, tmp_path, server_pid=7)
+
+
+def test_the_time_after_a_replacement_runs_is_a_stage_of_its_own():
+    recorder = Recorder(kill_plan(users=32, duration_s=90, kill_at_s=30))
+    recorder.request(40, "/v1/translate", 900, failed=False)
+    recorder.split(46.5, "recovered")
+    recorder.request(50, "/v1/translate", 100, failed=False)
+    assert [(s.name, s.start_s, s.end_s) for s in recorder.stages] == [
+        ("before-kill", 0, 30), ("after-kill", 30, 46.5), ("recovered", 46.5, 90)]
+    assert [(row["stage"], row["p50_ms"]) for row in recorder.rows()][1:] == [("after-kill", 900), ("recovered", 100)]
 
 
 def test_recorder_summarizes_each_stage(tmp_path):

@@ -1,9 +1,9 @@
 """A text (plain, HTML or XML) prepared for translation: the units to translate, and the text rebuilt from their
 translations.
 
-    document = prepare(text, "en", format="html", split_sentences="nonewlines", fits=lambda s: tokens(s) <= 256)
-    translations = my_model(document.units)
-    output = document.render(translations)            # alignments=[...] per unit when the model gives them
+    prepared = prepare(text, "en", format="html", split_sentences="nonewlines", fits=lambda s: tokens(s) <= 256)
+    translations = my_model(prepared.units)
+    output = prepared.render(translations)            # alignments=[...] per unit when the model gives them
 
 Only the units that hold inline marks (`marked_units()`) need an alignment; the others render the same without.
 """
@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class Document:
+class PreparedText:
     parts: list[str | Run]  # str: source kept as it is
     escape: Callable[[str], str]
     units: list[str] = field(default_factory=list)
@@ -50,7 +50,7 @@ class Document:
 def prepare(text: str, language: str | None, format: str = "text", split_sentences: str = "1",
             ignore_tags: Sequence[str] = (), non_splitting_tags: Sequence[str] = (),
             splitting_tags: Sequence[str] = (), fits: Callable[[str], bool] | None = None,
-            max_word_pieces: int | None = None) -> Document:
+            max_word_pieces: int | None = None) -> PreparedText:
     """`language`: the source's ISO 639 code, for sentence rules. Raises ValueError for an unknown format or
     split mode, markup.MarkupError for XML that is not well-formed or declares a DTD, and segment.WordTooLong
     for a word cut into more than `max_word_pieces` pieces."""
@@ -58,41 +58,41 @@ def prepare(text: str, language: str | None, format: str = "text", split_sentenc
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     pieces = [Run(text)] if format == "text" else parts(text, format, ignore_tags, non_splitting_tags,
                                                          splitting_tags)
-    document = Document(pieces, escaper(format))
+    prepared = PreparedText(pieces, escaper(format))
     for part in pieces:
         if isinstance(part, Run):
-            document.units += part.cut(language, split_sentences, fits, max_word_pieces)
-    return document
+            prepared.units += part.cut(language, split_sentences, fits, max_word_pieces)
+    return prepared
 
 
 @dataclass
-class Documents:
-    """Several documents translated together: their units in one list, rendered back per document."""
+class PreparedTexts:
+    """Several texts translated together: their units in one list, rendered back per text."""
 
-    documents: list[Document]
+    texts: list[PreparedText]
 
     @property
     def units(self) -> list[str]:
-        return [unit for document in self.documents for unit in document.units]
+        return [unit for text in self.texts for unit in text.units]
 
     def marked_units(self) -> list[int]:
         """Indices (in `units`) of the units with inline marks inside: the ones whose alignment matters."""
         out, first = [], 0
-        for document in self.documents:
-            out += [first + i for i in document.marked_units()]
-            first += len(document.units)
+        for text in self.texts:
+            out += [first + i for i in text.marked_units()]
+            first += len(text.units)
         return out
 
-    def per_document(self, values: Sequence[T]) -> list[list[T]]:
-        """One value per unit (in `units` order) → the values of each document's units."""
+    def per_text(self, values: Sequence[T]) -> list[list[T]]:
+        """One value per unit (in `units` order) → the values of each text's units."""
         values = iter(values)
-        return [[next(values) for _ in document.units] for document in self.documents]
+        return [[next(values) for _ in text.units] for text in self.texts]
 
     def render(self, translations: Sequence[str], alignments: dict[int, Alignment]) -> list[str]:
-        """Each document rebuilt from its units' translations; `alignments` by unit index (marked units only)."""
-        aligned = self.per_document([alignments.get(i) for i in range(len(translations))])
-        return [document.render(texts, marks)
-                for document, texts, marks in zip(self.documents, self.per_document(translations), aligned)]
+        """Each text rebuilt from its units' translations; `alignments` by unit index (marked units only)."""
+        aligned = self.per_text([alignments.get(i) for i in range(len(translations))])
+        return [text.render(texts, marks)
+                for text, texts, marks in zip(self.texts, self.per_text(translations), aligned)]
 
 
 def translate_texts(texts: Sequence[str], language: str | None, translate: Callable[[list[str]], list[str]],
@@ -102,8 +102,8 @@ def translate_texts(texts: Sequence[str], language: str | None, translate: Calla
     `align`, called after `translate` with the indices of the units that hold inline marks (in that list of
     units), returns their word alignments; without it marks are placed proportionally. `options` as for
     prepare()."""
-    documents = Documents([prepare(text, language, fits=fits, **options) for text in texts])
-    translations = translate(documents.units)
-    marked = documents.marked_units()
+    prepared = PreparedTexts([prepare(text, language, fits=fits, **options) for text in texts])
+    translations = translate(prepared.units)
+    marked = prepared.marked_units()
     alignments = dict(zip(marked, align(marked))) if align is not None and marked else {}
-    return documents.render(translations, alignments)
+    return prepared.render(translations, alignments)
