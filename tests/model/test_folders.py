@@ -9,7 +9,7 @@ from tests.server.test_layering import imports
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "model"
 # Bottom to top; a folder may import the modules of the folders before it (and model.errors), never after.
-FOLDERS = ("text", "network", "kernels", "decoding", "loading")
+FOLDERS = ("text", "audio", "network", "kernels", "decoding", "loading")
 SHARED = {"errors"}
 
 
