@@ -9,7 +9,7 @@ from tests.server.test_layering import imports
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "model"
 # Bottom to top; a folder may import the modules of the folders before it (and model.errors), never after.
-FOLDERS = ("text", "network", "kernels", "decoding", "loading")
+FOLDERS = ("text", "audio", "network", "kernels", "decoding", "loading")
 SHARED = {"errors"}
 
 
@@ -33,6 +33,13 @@ def test_the_text_layer_imports_no_torch():
     check = ("import sys, model.text, model.text.languages; "
              "model.text.read_file; import model; model.detect_language; model.iso_code; "
              "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_audio_decoding_imports_no_torch():
+    """The HTTP side decodes uploads before any model is involved."""
+    check = "import sys, model; model.read_audio; model.BadAudio; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
