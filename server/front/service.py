@@ -7,15 +7,17 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
-                   Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare, with_glossary)
+                   Segment, Source, Transcript, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare,
+                   with_glossary)
 
-from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, StreamEvent, TextOptions,
+from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, SpeechJob, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
 from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
                       TooManyTokens)
 from ..settings import Settings
+from . import speech
 from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .decoding import decode_all
 
@@ -98,7 +100,7 @@ class HeldModel:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
         except TimeoutError:
-            raise self._timed_out() from None
+            raise self.timed_out() from None
         alignments = await self._alignments(documents, sources, finals)
         rendered = documents.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
         texts = [self._translated(text, hyps) for text, hyps in zip(rendered, documents.per_document(finals))]
@@ -186,7 +188,7 @@ class HeldModel:
                     async with asyncio.timeout_at(deadline):
                         output = await anext(outputs)
                 except TimeoutError:
-                    raise self._timed_out() from None
+                    raise self.timed_out() from None
                 if isinstance(output, ErrorOutput):
                     raise output.error
                 if isinstance(output, TokenOutput):
@@ -206,9 +208,14 @@ class HeldModel:
         finally:
             await outputs.aclose()
 
-    def _timed_out(self) -> RequestTimeout:
+    def timed_out(self) -> RequestTimeout:
         limit = self.settings.request_timeout_s
         return RequestTimeout(f"the request took longer than {limit} s", limit=limit)
+
+    # ---- speech ------------------------------------------------------------------------------------------
+    def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
+        """Each segment as its window is decoded, then the Transcript (front.speech.window_events)."""
+        return speech.window_events(self, job)
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None

@@ -1,0 +1,109 @@
+"""Speech's door, as dispatch is translation's: an audio file decoded within its limits, the speech model picked,
+its 30-s windows decoded in the running batch, and the transcript's segments translated into subtitles.
+
+    samples = await speech.read(provider, data)                        # 16 kHz mono; BadBody, BodyTooLarge, ...
+    events = await speech.transcribe(provider, SpeechJob(samples, options), model)   # segments, then the Transcript
+    segments = await speech.translated(provider, transcript, "de", spending=...)     # timings kept
+
+A file's windows are decoded one after the other (where a window starts depends on where the last one's final
+timestamp fell), each one sequence of the model's continuous batch, so many files share every decoder step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import replace
+from typing import TYPE_CHECKING, AsyncIterator
+
+from model import (AudioTooLarge, AudioTooLong, BadAudio, Segment, SpeechWindows, Transcript, UnsupportedLanguage,
+                   read_audio)
+
+from ..domain import SpeechJob
+from ..errors import BadBody, BodyTooLarge, InvalidRequest, NotSpeechModel, TooManyBeams, TooManySeconds
+from . import dispatch
+from .decoding import decode_all
+from .provider import ModelProvider
+from .streams import opened
+from .subtitles import cue_text
+
+if TYPE_CHECKING:
+    import numpy
+
+    from .service import HeldModel
+
+Event = Segment | Transcript  # a transcription's events: each segment as its window is decoded, the Transcript last
+
+
+async def read(provider: ModelProvider, data: bytes) -> numpy.ndarray:
+    """An uploaded file's samples, decoded off the event loop; each problem a typed error naming `file`."""
+    settings = provider.settings
+    try:
+        return await asyncio.to_thread(read_audio, data, settings.max_audio_bytes, settings.max_audio_seconds)
+    except AudioTooLarge as e:
+        raise BodyTooLarge(str(e), field="file", limit=e.limit) from None
+    except AudioTooLong as e:
+        raise TooManySeconds(e.seconds, e.limit, e.at_least) from None
+    except BadAudio as e:
+        raise BadBody(f"file: {e}", field="file") from None
+
+
+def speech_model(provider: ModelProvider, name: str | None) -> str:
+    """The speech model named, or the first served when none is: NotSpeechModel for a text model or none served,
+    UnknownModel for a name not served."""
+    infos = provider.models()
+    speaking = [info.id for info in infos if info.speech]
+    if name in speaking or (name is None and speaking):
+        return name or speaking[0]
+    dispatch.check_model(provider, name)
+    raise NotSpeechModel(name, True, speaking)
+
+
+async def transcribe(provider: ModelProvider, job: SpeechJob, model: str | None = None) -> AsyncIterator[Event]:
+    """The job's events from its speech model, opened (the first awaited) so that a refusal is a plain error."""
+    settings = provider.settings
+    if job.options.num_beams is not None and job.options.num_beams > settings.beam_limit:
+        raise TooManyBeams(job.options.num_beams, settings.beam_limit)
+    served = await provider.get(speech_model(provider, model))
+    return await opened(served.transcribe_events(job))
+
+
+async def transcript(events: AsyncIterator[Event]) -> Transcript:
+    """The Transcript that ends `events`."""
+    async for event in events:
+        if isinstance(event, Transcript):
+            return event
+    raise RuntimeError("a transcription ended without its transcript")
+
+
+async def window_events(held: HeldModel, job: SpeechJob) -> AsyncIterator[Event]:
+    """HeldModel.transcribe_events: the windows stepped through the model's engine, within the request's deadline
+    (timed around each await, not across the yields, as HeldModel.generate_events)."""
+    try:
+        windows = SpeechWindows(held.bundle, job.samples, job.options)
+    except UnsupportedLanguage as e:
+        raise InvalidRequest(f"{e} (model {held.name!r})", field="language", limit=list(e.supported)) from None
+    params = windows.decode_params()
+    deadline = asyncio.get_running_loop().time() + held.settings.request_timeout_s
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                source = await asyncio.to_thread(windows.next_source)  # log-mel features: torch, off the loop
+                if source is None:
+                    break
+                [hypotheses] = await decode_all(held.engine, [source], params, window=1)
+        except TimeoutError:
+            raise held.timed_out() from None
+        for segment in windows.take(hypotheses[0]):
+            yield segment
+    yield windows.transcript()
+
+
+async def translated(provider: ModelProvider, transcript: Transcript, target_lang: str, model: str | None = None,
+                     spending: AbstractAsyncContextManager = nullcontext()) -> tuple[Segment, ...]:
+    """The transcript's segments with their texts translated from its language into `target_lang` by the served
+    translation models (as a subtitle file's cues: within the request's limits, not max_texts), timings kept."""
+    texts = [cue_text(segment.text) for segment in transcript.segments]
+    translations = await dispatch.translate_texts(provider, texts, transcript.language, target_lang, model,
+                                                  spending=spending)
+    return tuple(replace(segment, text=text) for segment, text in zip(transcript.segments, translations))
