@@ -2,7 +2,8 @@
 its 30-s windows decoded in the running batch, and the transcript's segments translated into subtitles.
 
     samples = await speech.read(provider, data)                        # 16 kHz mono; BadBody, BodyTooLarge, ...
-    events = await speech.transcribe(provider, SpeechJob(samples, options), model)   # segments, then the Transcript
+    transcription = await speech.transcribe(provider, SpeechJob(samples, options), model)
+    transcript = await speech.transcript(transcription.events)        # the events: segments, then the Transcript
     segments = await speech.translated(provider, transcript, "de", spending=...)     # timings kept
 
 A file's windows are decoded one after the other (where a window starts depends on where the last one's final
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, AsyncIterator
 
 from model import (AudioTooLarge, AudioTooLong, BadAudio, Segment, SpeechWindows, Transcript, UnsupportedLanguage,
                    read_audio)
 
 from ..domain import SpeechJob
-from ..errors import BadBody, BodyTooLarge, InvalidRequest, NotSpeechModel, TooManyBeams, TooManySeconds
+from ..errors import BadBody, BodyTooLarge, InvalidRequest, TooManyBeams, TooManySeconds
 from . import dispatch
 from .decoding import decode_all
 from .provider import ModelProvider
@@ -48,32 +49,31 @@ async def read(provider: ModelProvider, data: bytes) -> numpy.ndarray:
         raise BadBody(f"file: {e}", field="file") from None
 
 
-def speech_model(provider: ModelProvider, name: str | None) -> str:
-    """The speech model named, or the first served when none is: NotSpeechModel for a text model or none served,
-    UnknownModel for a name not served."""
-    infos = provider.models()
-    speaking = [info.id for info in infos if info.speech]
-    if name in speaking or (name is None and speaking):
-        return name or speaking[0]
-    dispatch.check_model(provider, name)
-    raise NotSpeechModel(name, True, speaking)
+@dataclass(frozen=True)
+class Transcription:
+    model: str
+    events: AsyncIterator[Event]
 
 
-async def transcribe(provider: ModelProvider, job: SpeechJob, model: str | None = None) -> AsyncIterator[Event]:
-    """The job's events from its speech model, opened (the first awaited) so that a refusal is a plain error."""
+async def transcribe(provider: ModelProvider, job: SpeechJob, model: str | None = None) -> Transcription:
+    """The job's events from its speech model (the one named, or the first served), opened (the first awaited) so
+    that a refusal is a plain error. Closing `events` stops the transcription."""
     settings = provider.settings
     if job.options.num_beams is not None and job.options.num_beams > settings.beam_limit:
         raise TooManyBeams(job.options.num_beams, settings.beam_limit)
-    served = await provider.get(speech_model(provider, model))
-    return await opened(served.transcribe_events(job))
+    served = await provider.get(model, speech=True)
+    return Transcription(served.name, await opened(served.transcribe_events(job)))
 
 
 async def transcript(events: AsyncIterator[Event]) -> Transcript:
-    """The Transcript that ends `events`."""
-    async for event in events:
-        if isinstance(event, Transcript):
-            return event
-    raise RuntimeError("a transcription ended without its transcript")
+    """The Transcript that ends `events` (closed however this ends: their sequences leave the batch)."""
+    try:
+        async for event in events:
+            if isinstance(event, Transcript):
+                return event
+        raise RuntimeError("a transcription ended without its transcript")
+    finally:
+        await events.aclose()
 
 
 async def window_events(held: HeldModel, job: SpeechJob) -> AsyncIterator[Event]:
