@@ -24,8 +24,8 @@ from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
 from ..stores import Store
-from . import (deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_audio, native_glossaries, openai,
-               openai_audio, page)
+from . import (deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_audio, native_glossaries,
+               openai, openai_audio, page)
 from .deps import AppState, served
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS

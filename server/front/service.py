@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Document, Documents, Glossary, Hypothesis, MarkupError, ModelBundle,
-                   Segment, Source, Transcript, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare,
-                   with_glossary)
+                   Segment, Source, SpeechWindows, Transcript, UnspellableTerm, UnsupportedLanguage, WordTooLong,
+                   iso_code, prepare, with_glossary)
 
 from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, SpeechJob, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
@@ -17,7 +17,6 @@ from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
 from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
                       TooManyTokens)
 from ..settings import Settings
-from . import speech
 from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .decoding import decode_all
 
@@ -213,9 +212,28 @@ class HeldModel:
         return RequestTimeout(f"the request took longer than {limit} s", limit=limit)
 
     # ---- speech ------------------------------------------------------------------------------------------
-    def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
-        """Each segment as its window is decoded, then the Transcript (front.speech.window_events)."""
-        return speech.window_events(self, job)
+    async def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
+        """Each segment as its 30-s window is decoded, then the Transcript (front.speech is speech's door). The
+        windows go one after the other, each one sequence of the running batch, within the request's deadline
+        (timed around each await, not across the yields, as generate_events)."""
+        try:
+            windows = SpeechWindows(self.bundle, job.samples, job.options)
+        except UnsupportedLanguage as e:
+            raise InvalidRequest(f"{e} (model {self.name!r})", field="language", limit=list(e.supported)) from None
+        params = windows.decode_params()
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    source = await asyncio.to_thread(windows.next_source)  # log-mel features: torch, off the loop
+                    if source is None:
+                        break
+                    [hypotheses] = await decode_all(self.engine, [source], params, window=1)
+            except TimeoutError:
+                raise self.timed_out() from None
+            for segment in windows.take(hypotheses[0]):
+                yield segment
+        yield windows.transcript()
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None

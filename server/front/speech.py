@@ -15,23 +15,18 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
-from model import (AudioTooLarge, AudioTooLong, BadAudio, Segment, SpeechWindows, Transcript, UnsupportedLanguage,
-                   read_audio)
+import numpy
+
+from model import AudioTooLarge, AudioTooLong, BadAudio, Segment, Transcript, read_audio
 
 from ..domain import SpeechJob
-from ..errors import BadBody, BodyTooLarge, InvalidRequest, TooManyBeams, TooManySeconds
+from ..errors import BadBody, BodyTooLarge, TooManyBeams, TooManySeconds
 from . import dispatch
-from .decoding import decode_all
 from .provider import ModelProvider
 from .streams import opened
 from .subtitles import cue_text
-
-if TYPE_CHECKING:
-    import numpy
-
-    from .service import HeldModel
 
 Event = Segment | Transcript  # a transcription's events: each segment as its window is decoded, the Transcript last
 
@@ -74,29 +69,6 @@ async def transcript(events: AsyncIterator[Event]) -> Transcript:
         raise RuntimeError("a transcription ended without its transcript")
     finally:
         await events.aclose()
-
-
-async def window_events(held: HeldModel, job: SpeechJob) -> AsyncIterator[Event]:
-    """HeldModel.transcribe_events: the windows stepped through the model's engine, within the request's deadline
-    (timed around each await, not across the yields, as HeldModel.generate_events)."""
-    try:
-        windows = SpeechWindows(held.bundle, job.samples, job.options)
-    except UnsupportedLanguage as e:
-        raise InvalidRequest(f"{e} (model {held.name!r})", field="language", limit=list(e.supported)) from None
-    params = windows.decode_params()
-    deadline = asyncio.get_running_loop().time() + held.settings.request_timeout_s
-    while True:
-        try:
-            async with asyncio.timeout_at(deadline):
-                source = await asyncio.to_thread(windows.next_source)  # log-mel features: torch, off the loop
-                if source is None:
-                    break
-                [hypotheses] = await decode_all(held.engine, [source], params, window=1)
-        except TimeoutError:
-            raise held.timed_out() from None
-        for segment in windows.take(hypotheses[0]):
-            yield segment
-    yield windows.transcript()
 
 
 async def translated(provider: ModelProvider, transcript: Transcript, target_lang: str, model: str | None = None,
