@@ -1,15 +1,14 @@
-"""Encoder-decoder Transformers for translation and text-to-text generation: the package surface.
+"""Encoder-decoder Transformers for translation, text-to-text generation and speech: the package surface.
 
     bundle = model.load(path, device="cpu", dtype="float32")   # any supported family, by config.json
     Translator(bundle).translate(["Hello."], target_lang="fr")
 
 Everything outside model/ (the server, the benchmarks) enters through the names below. Its folders by job, each
 importing only those before it: text/ (languages, detection, segmentation, files: pure Python), audio/ (audio files
-decoded without torch), network/ (the
-Transformer), kernels/ (CPU and GPU tuning, number formats), decoding/ (searches, the batch decoder), loading/
-(checkpoints, the Hub, one module per family); above them the uses of a loaded model (translator, glossary,
-alignment, the command line). Names are imported when first used, so a process that needs only the text layer never
-imports torch.
+decoded without torch, log-mel features), network/ (the Transformer), kernels/ (CPU and GPU tuning, number formats),
+decoding/ (searches, the batch decoder), loading/ (checkpoints, the Hub, one module per family); above them the uses
+of a loaded model (translator, speech, glossary, alignment, the command line). Names are imported when first used, so
+a process that needs only the text layer never imports torch.
 """
 
 import importlib
@@ -34,6 +33,7 @@ _HOMES = {
               "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
               "written_as"],
     ".translator": ["Translation", "Translator"],
+    ".speech": ["Segment", "SpeechOptions", "SpeechWindows", "Transcriber", "Transcript"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME_OF)

@@ -39,7 +39,7 @@ class Encoded:
     """New requests after their encoder pass, waiting to join the batch: one source per entry, which takes its
     cache rows (params.rows, in a block, entries in order) when it joins."""
 
-    entries: list[tuple[Hashable, list[int], DecodeParams]]
+    entries: list[tuple[Hashable, list[int] | torch.Tensor, DecodeParams]]  # ids, or an audio window's features
     cross_k: torch.Tensor  # (L, B, H, S, Dh): cross-attention keys of every decoder layer, one row per entry
     cross_v: torch.Tensor  # (L, B, H, S, Dh)
     mask: torch.Tensor  # (B, S) True on real source tokens
@@ -66,11 +66,13 @@ class Encoded:
 class BatchDecoder:
     def __init__(self, model: Seq2SeqTransformer, capacity: int, max_source_len: int, max_new_tokens: int,
                  static_shapes: bool = False):
-        positions = model.config.max_position_embeddings
+        config = model.config
+        if model.audio_front is not None:  # every audio window is encoded to the same length
+            max_source_len = config.source_positions
         max_target_len = target_length(max_new_tokens)
-        if max(max_source_len, max_target_len) > positions:
+        if max_source_len > config.source_positions or max_target_len > config.max_position_embeddings:
             raise ValueError(f"source length {max_source_len} or {max_new_tokens} new tokens exceed the model's "
-                             f"{positions} positions")
+                             f"{config.source_positions} or {config.max_position_embeddings} positions")
         self.model = model
         self.capacity, self.max_source_len, self.max_new_tokens = capacity, max_source_len, max_new_tokens
         self.cache = model.new_cache(capacity, max_target_len, max_source_len)
@@ -92,26 +94,29 @@ class BatchDecoder:
     def free_rows(self) -> int:
         return self.capacity - self.live_rows
 
-    def check(self, source_ids: list[int], params: DecodeParams) -> None:
-        if not source_ids or len(source_ids) > self.max_source_len:
-            raise ValueError(f"source has {len(source_ids)} tokens; allowed 1..{self.max_source_len}")
-        if params.max_new_tokens > self.max_new_tokens:
-            raise ValueError(f"max_new_tokens {params.max_new_tokens} exceeds {self.max_new_tokens}")
+    def check(self, source: list[int] | torch.Tensor, params: DecodeParams) -> None:
+        """A source's ids (an audio window's features: the network checks their shape) and its params fit."""
+        if isinstance(source, list) and not 0 < len(source) <= self.max_source_len:
+            raise ValueError(f"source has {len(source)} tokens; allowed 1..{self.max_source_len}")
+        if params.max_new_tokens + params.prompt_steps > self.max_new_tokens:
+            raise ValueError(f"max_new_tokens {params.max_new_tokens} after a decoder prompt of "
+                             f"{len(params.decoder_prompt)} tokens exceeds {self.max_new_tokens}")
         if params.rows > self.capacity:
             raise ValueError(f"num_beams {params.num_beams} with {len(params.constraints)} constraints takes "
                              f"{params.rows} rows; the batch capacity is {self.capacity}")
 
-    def admit(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> None:
+    def admit(self, entries: list[tuple[Hashable, list[int] | torch.Tensor, DecodeParams]]) -> None:
         """Encode new requests together (one padded encoder pass) and give each its cache rows."""
         self.join(self.encode(entries))
 
     @torch.inference_mode()
-    def encode(self, entries: list[tuple[Hashable, list[int], DecodeParams]]) -> Encoded:
-        """The encoder pass for new requests. Reads the weights only, never the batch, so it may run in another
-        thread while step() runs; join() then gives the requests their rows."""
-        for _, ids, params in entries:
-            self.check(ids, params)
-        memory, mask = self.model.encode_sources([ids for _, ids, _ in entries])  # (B, S, D), (B, S)
+    def encode(self, entries: list[tuple[Hashable, list[int] | torch.Tensor, DecodeParams]]) -> Encoded:
+        """The encoder pass for new requests (token ids, or an audio model's log-mel windows). Reads the weights
+        only, never the batch, so it may run in another thread while step() runs; join() then gives the requests
+        their rows."""
+        for _, source, params in entries:
+            self.check(source, params)
+        memory, mask = self.model.encode_sources([source for _, source, _ in entries])  # (B, S, D), (B, S)
         return Encoded(entries, *self.model.cross_kv(memory), mask)  # (L, B, H, S, Dh) × 2, (B, S)
 
     @torch.inference_mode()
@@ -128,8 +133,9 @@ class BatchDecoder:
         cfg = self.model.config
         first_free = row = self.live_rows
         row_params = []
-        for key, ids, params in encoded.entries:
-            search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, len(ids))
+        lengths = encoded.mask.sum(1).tolist()  # each source's encoder positions
+        for (key, _, params), length in zip(encoded.entries, lengths):
+            search = new_search(params, cfg.eos_token_id, cfg.decoder_start_token_id, length)
             search.rows = list(range(row, row + params.rows))
             row += params.rows
             row_params += [params] * params.rows
@@ -158,7 +164,7 @@ class BatchDecoder:
             if error is not None:
                 events.append(StepEvent(key, None, None, error))
             else:
-                single = isinstance(s, SingleSearch)
+                single = isinstance(s, SingleSearch) and s.generated() > 0  # not a decoder prompt's token
                 events.append(StepEvent(key, s.sequences[0][-1] if single else None, s.results() if s.done else None))
             if error is not None or s.done:
                 leaving.append(key)

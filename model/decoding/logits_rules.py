@@ -1,8 +1,10 @@
 """Rules applied to next-token scores before a search chooses: repetition penalty, no repeated n-grams, banned
-words, minimum length, forced first token (the target language) and forced </s>.
+words, tokens banned at the first generated position, minimum length, Whisper's timestamps, allowed tokens, and
+forced tokens (the target language, a decoder prompt) and a forced </s>.
 
-They mirror transformers' RepetitionPenalty, NoRepeatNGram, NoBadWords, MinLength/MinNewTokensLength,
-ForcedBOSToken and ForcedEOSToken processors, in that order. The scores a search chooses from are the logits
+They mirror transformers' RepetitionPenalty, NoRepeatNGram, NoBadWords (and SuppressTokens),
+SuppressTokensAtBegin, MinLength/MinNewTokensLength, WhisperTimeStamp, ForcedBOSToken and ForcedEOSToken
+processors, in that order; allowed tokens are Whisper's language detection (its argmax over language tokens). The scores a search chooses from are the logits
 (greedy, sampling) or the log-probabilities (beam search), as in transformers.
 
 Each cache row's rules live on the device (`RowRules`): written when its request joins, moved with the row when
@@ -23,12 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from .search import NEG_INF, DecodeParams, Search
+from .speech_rules import TimestampRows, prefer_timestamps, timestamp_bans
 
 POS_INF = float("inf")
 NO_TOKEN = -1  # an unused forced-token or banned-word slot
 BEFORE_START = -2  # what a row's decoder input reads before its start token: matches nothing
-# Columns of RowRules.limits, one integer rule setting per row.
-NGRAM, MIN_NEW, FORCED_BOS, FORCED_EOS, LAST_POSITION = range(5)
+# Columns of RowRules.limits, one integer rule setting per row: the first five for every row, the others for
+# Whisper's rules (TimestampRows' fields, and the first generated position).
+NGRAM, MIN_NEW, FORCED_EOS, LAST_POSITION, BEGIN, STAMP_FIRST, NO_STAMPS, LAST_INITIAL, ON_LOGPROBS = range(9)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class ActiveRules:
     banned_words: bool = False
     min_length: bool = False
     forced: bool = False
+    banned_at_begin: bool = False
+    timestamps: bool = False
+    allowed: bool = False
 
     @classmethod
     def of(cls, searches: list[Search]) -> "ActiveRules":
@@ -50,7 +57,10 @@ class ActiveRules:
                    banned_tokens=any(p.bad_words_ids for p in params),
                    banned_words=any(len(w) > 1 for p in params for w in p.bad_words_ids),
                    min_length=any(s.eos_banned() for s in searches),
-                   forced=any(s.forced_token() is not None for s in searches))
+                   forced=any(s.forced_token() is not None for s in searches),
+                   banned_at_begin=any(s.params.suppress_at_begin and s.generated() == 0 for s in searches),
+                   timestamps=any(p.timestamps is not None for p in params),
+                   allowed=any(p.allowed_tokens for p in params))
 
 
 class RowRules:
@@ -58,7 +68,12 @@ class RowRules:
         self.eos_id = eos_id
         self.history = torch.zeros(rows, max_target_len, dtype=torch.long, device=device)  # (R, T) decoder inputs
         self.penalty = torch.ones(rows, device=device)  # (R,) repetition penalty, 1 = none
-        self.limits = torch.full((rows, 5), NO_TOKEN, dtype=torch.long, device=device)  # (R, 5): the columns above
+        self.limits = torch.full((rows, 9), NO_TOKEN, dtype=torch.long, device=device)  # (R, 9): the columns above
+        # Token lists per row, NO_TOKEN in unused slots, widened as requests join: the forced prefix by position
+        # (R, F), the tokens banned at the first generated position (R, K'), the only tokens allowed (R, A).
+        self.forced = torch.zeros(rows, 0, dtype=torch.long, device=device)
+        self.banned_at_begin = torch.zeros(rows, 0, dtype=torch.long, device=device)
+        self.allowed = torch.zeros(rows, 0, dtype=torch.long, device=device)
         # One-token banned words, applied in one scatter: (R, K) token ids and what they get (-inf on a banned
         # token, +inf in an unused slot, under a min-reduction). Longer words: (R, W, M) right-aligned, the banned
         # token last, NO_TOKEN before a word and in unused slots. K, W and M grow with the requests that join.
@@ -71,10 +86,15 @@ class RowRules:
         device = self.history.device
         index = torch.tensor(rows, device=device)
         self.penalty[index] = torch.tensor([p.repetition_penalty for p in params], device=device)
-        self.limits[index] = torch.tensor(
-            [[p.no_repeat_ngram_size, p.min_new_tokens, _or_none(p.forced_bos_token_id),
-              _or_none(p.forced_eos_token_id), p.max_new_tokens - 1] for p in params], device=device)
+        self.limits[index] = torch.tensor([_limits(p, self.history.shape[1]) for p in params], device=device)
         self._admit_banned(index, params)
+        for name, lists in (("forced", [p.forced_prefix for p in params]),
+                            ("banned_at_begin", [p.suppress_at_begin for p in params]),
+                            ("allowed", [p.allowed_tokens for p in params])):
+            table = _widen_right(getattr(self, name), max(map(len, lists)))
+            table[index] = torch.tensor([[*ids, *[NO_TOKEN] * (table.shape[1] - len(ids))] for ids in lists],
+                                        dtype=torch.long).view(len(lists), -1).to(device)
+            setattr(self, name, table)
 
     def _admit_banned(self, index: torch.Tensor, params: list[DecodeParams]) -> None:
         # transformers drops a one-token banned word that is </s>
@@ -97,7 +117,7 @@ class RowRules:
     def move_rows(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
         """Rows dst take over rows src (the batch being compacted), their history up to target_len."""
         for table in (self.history[:, :target_len], self.penalty, self.limits, self.banned_tokens, self.ban_values,
-                      self.bad_words):
+                      self.bad_words, self.forced, self.banned_at_begin, self.allowed):
             table.index_copy_(0, dst, table.index_select(0, src))
 
     def reorder(self, src: torch.Tensor, dst: torch.Tensor, target_len: int) -> None:
@@ -132,21 +152,61 @@ class RowRules:
             bans.append((self.banned_tokens[:n], self.ban_values[:n]))
         if active.banned_words:
             bans.append(_completed_words(history, positions, self.bad_words[:n]))
+        if active.banned_at_begin:
+            tokens = self.banned_at_begin[:n]
+            bans.append((tokens.clamp(min=0), _ban_values((tokens != NO_TOKEN)
+                                                          & (positions + 1 == limits[:, BEGIN])[:, None])))
         eos_banned = positions < limits[:, MIN_NEW] if active.min_length else None  # (n,)
-        forced = _forced_tokens(positions, limits) if active.forced else None
         for scores in targets:
             for tokens, values in bans:
                 scores.scatter_reduce_(1, tokens, values, "amin")
             if eos_banned is not None:
                 scores[:, self.eos_id].masked_fill_(eos_banned, NEG_INF)
-            if forced is not None:  # that token scores 0, every other -inf
-                tokens, is_forced, values = forced
+        if active.timestamps:
+            rows = TimestampRows(*limits[:, STAMP_FIRST:].unbind(1)[:3], limits[:, BEGIN],
+                                 limits[:, ON_LOGPROBS].bool())
+            banned = timestamp_bans(history, positions, rows, self.eos_id, targets[0].shape[1])
+            for scores in targets:
+                scores.masked_fill_(banned, NEG_INF)
+            text = prefer_timestamps(targets[0], targets[-1], rows)
+            for scores in targets:
+                scores.masked_fill_(text, NEG_INF)
+        if active.allowed:  # every other token -inf on the rows with a list
+            allowed = self.allowed[:n]
+            listed = allowed != NO_TOKEN
+            for scores in targets:
+                kept = scores.gather(1, allowed.clamp(min=0)).masked_fill_(~listed, NEG_INF)
+                scores.masked_fill_(listed.any(1, keepdim=True), NEG_INF)
+                scores.scatter_reduce_(1, allowed.clamp(min=0), kept, "amax")
+        if active.forced:  # that token scores 0, every other -inf
+            tokens, is_forced, values = _forced_tokens(positions, limits, self.forced[:n])
+            for scores in targets:
                 scores.masked_fill_(is_forced, NEG_INF)
                 scores.scatter_reduce_(1, tokens, values, "amax")
 
 
 def _or_none(token: int | None) -> int:
     return NO_TOKEN if token is None else token
+
+
+def _limits(p: DecodeParams, target_capacity: int) -> list[int]:
+    """A row's limits (the columns above). Positions past the decoder prompt count as generated; a row without the
+    timestamp rule has NO_TOKEN as its first timestamp."""
+    stamps = p.timestamps
+    last_initial = target_capacity if stamps is None or stamps.max_initial is None else stamps.first + stamps.max_initial
+    return [p.no_repeat_ngram_size, p.min_new_tokens + p.prompt_steps, _or_none(p.forced_eos_token_id),
+            p.max_new_tokens + p.prompt_steps - 1, p.prompt_steps + 1,
+            NO_TOKEN if stamps is None else stamps.first, NO_TOKEN if stamps is None else stamps.no_timestamps,
+            last_initial, int(p.num_beams > 1)]
+
+
+def _widen_right(table: torch.Tensor, width: int) -> torch.Tensor:
+    """A token list table (R, W) at least `width` wide, NO_TOKEN in the new slots (lists stay left-aligned)."""
+    if width <= table.shape[1]:
+        return table
+    grown = table.new_full((table.shape[0], width), NO_TOKEN)
+    grown[:, :table.shape[1]] = table
+    return grown
 
 
 def _widen(table: torch.Tensor, size: tuple[int, ...], fill) -> torch.Tensor:
@@ -199,12 +259,15 @@ def _completed_words(history: torch.Tensor, positions: torch.Tensor,
     return last.clamp(min=0), _ban_values(ends_with & (last != NO_TOKEN))
 
 
-def _forced_tokens(positions: torch.Tensor, limits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _forced_tokens(positions: torch.Tensor, limits: torch.Tensor, prefix: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The token each row must produce: </s> at its last position (wins, as transformers applies it last), else
-    its forced first token at position 0. → token ids (n, 1), which rows are forced (n, 1), and what the token
-    gets under a max-reduction (0 on a forced row, -inf elsewhere) (n, 1)."""
-    bos, eos = limits[:, FORCED_BOS], limits[:, FORCED_EOS]
-    forced = torch.where((positions == 0) & (bos != NO_TOKEN), bos, NO_TOKEN)
+    its forced prefix's (n, F) at that position. → token ids (n, 1), which rows are forced (n, 1), and what the
+    token gets under a max-reduction (0 on a forced row, -inf elsewhere) (n, 1)."""
+    eos = limits[:, FORCED_EOS]
+    within = positions < prefix.shape[1]
+    forced = prefix.gather(1, positions.clamp(max=max(prefix.shape[1] - 1, 0))[:, None])[:, 0] if prefix.shape[1] \
+        else torch.full_like(positions, NO_TOKEN)
+    forced = torch.where(within, forced, NO_TOKEN)
     forced = torch.where((positions == limits[:, LAST_POSITION]) & (eos != NO_TOKEN), eos, forced)[:, None]
     is_forced = forced != NO_TOKEN
     values = torch.zeros(forced.shape, device=forced.device).masked_fill_(~is_forced, NEG_INF)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .speech_rules import TimestampRules
+
 NEG_INF = float("-inf")
 START_TOKENS = 1  # the decoder start token: transformers' max_length counts it, max_new_tokens does not
 
@@ -59,6 +61,13 @@ class DecodeParams:
     # words of its source term; a constraint begins only where the decoder attends to its source term most
     source_words: tuple[int, ...] = ()
     constraint_words: tuple[tuple[int, ...], ...] = ()
+    # The decoder's input before the first generated token (transformers' decoder_input_ids; Whisper's
+    # <|startoftranscript|><|en|><|transcribe|>...): its first token in place of the model's start token, the others
+    # forced one per step and not generated (not in max_new_tokens, the length penalty or the hypotheses).
+    decoder_prompt: tuple[int, ...] = ()
+    suppress_at_begin: tuple[int, ...] = ()  # tokens banned as the first generated one (Whisper's begin_suppress)
+    timestamps: TimestampRules | None = None  # Whisper's timestamp rule (model.decoding.speech_rules)
+    allowed_tokens: tuple[int, ...] = ()  # the only tokens a row may choose (Whisper's language detection); (): all
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -80,6 +89,19 @@ class DecodeParams:
         if self.constraint_words and (len(self.constraint_words) != len(self.constraints) or not self.source_words):
             raise ValueError(f"constraint_words needs one entry per constraint and the source_words; got "
                              f"{len(self.constraint_words)} for {len(self.constraints)} constraints")
+
+    @property
+    def prompt_steps(self) -> int:
+        """Steps that only force the decoder prompt."""
+        return max(len(self.decoder_prompt) - 1, 0)
+
+    @property
+    def forced_prefix(self) -> tuple[int, ...]:
+        """The tokens forced at the first steps: the decoder prompt after its first token, else the forced first
+        token (ForcedBOS applies only to a one-token input, so never beside a longer prompt)."""
+        if self.decoder_prompt:
+            return self.decoder_prompt[1:]
+        return () if self.forced_bos_token_id is None else (self.forced_bos_token_id,)
 
     @functools.cached_property  # read for every row at every step
     def rows(self) -> int:
@@ -111,9 +133,10 @@ class Search:
         self.rows: list[int] = []
         self.cur_len = 1
         self.done = False
-        self.max_length = target_length(params.max_new_tokens)
+        self.prompt_steps = params.prompt_steps
+        self.max_length = target_length(params.max_new_tokens) + self.prompt_steps
         self.sequences: list[list[int]] = [[] for _ in range(self.num_rows)]
-        self.start_id = start_id
+        self.start_id = params.decoder_prompt[0] if params.decoder_prompt else start_id
 
     @property
     def num_rows(self) -> int:
@@ -123,17 +146,17 @@ class Search:
         return [seq[-1] if seq else self.start_id for seq in self.sequences]
 
     def generated(self) -> int:
-        return self.cur_len - 1
+        """Tokens generated so far, the decoder prompt not counted."""
+        return self.cur_len - 1 - self.prompt_steps
 
     def forced_token(self) -> int | None:
         """The token this step must produce: </s> at the last step (wins, as transformers applies it last),
-        else the forced first token at the first step."""
+        else the forced prefix's (DecodeParams.forced_prefix) at the first steps."""
         p = self.params
         if p.forced_eos_token_id is not None and self.cur_len == self.max_length - 1:
             return p.forced_eos_token_id
-        if p.forced_bos_token_id is not None and self.cur_len == 1:
-            return p.forced_bos_token_id
-        return None
+        prefix = p.forced_prefix
+        return prefix[self.cur_len - 1] if self.cur_len - 1 < len(prefix) else None
 
     def eos_banned(self) -> bool:
         return self.generated() < self.params.min_new_tokens
@@ -176,7 +199,7 @@ class SingleSearch(Search):
         self.done = token == self.eos_id or self.cur_len >= self.max_length
 
     def results(self) -> list[Hypothesis]:
-        tokens = self.sequences[0]
+        tokens = self.sequences[0][self.prompt_steps:]
         score = self.logprob / max(len(tokens), 1) ** self.params.length_penalty
         return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))]
 
@@ -244,7 +267,7 @@ class BeamSearch(Search):
         out = []
         for (steps, parent, token), score in zip(self.finished_ends[: self.params.num_return_sequences],
                                                  self.finished_scores):
-            seq = [] if token is None else self.sequence(parent, steps) + [token]
+            seq = [] if token is None else (self.sequence(parent, steps) + [token])[self.prompt_steps:]
             out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
         return out
 
@@ -314,9 +337,11 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     improvable = states[:, column["improvable"]].bool()
     # Length penalties computed in Python floats and rounded once to float32, as a search alone divides by them:
     # this step's, and the best generated length's.
-    penalties = torch.tensor([[s.cur_len ** s.params.length_penalty,
-                               (s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
-                                else s.cur_len) ** s.params.length_penalty] for s in searches]).float()  # (G, 2)
+    # (lengths past the decoder prompt, as transformers counts from its decoder_prompt_len)
+    penalties = torch.tensor([[(s.cur_len - s.prompt_steps) ** s.params.length_penalty,
+                               ((s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
+                                 else s.cur_len) - s.prompt_steps) ** s.params.length_penalty]
+                              for s in searches]).float()  # (G, 2)
     penalty, best_penalty = penalties[:, 0:1], penalties[:, 1:2]
     cur_len = torch.tensor([[s.cur_len] for s in searches], dtype=torch.float64)  # (G, 1)
     totals = top_logprobs.view(g, k, width) + states[:, column["running"]].float()[:, :, None]

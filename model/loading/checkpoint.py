@@ -29,7 +29,7 @@ from ..kernels.quantize import Int8Rows, quantize_in_blocks, quantize_linears
 from ..network.architecture import ModelConfig
 from ..network.transformer import Seq2SeqTransformer
 from .config import read_json
-from .families.layout import OUTPUT_BIAS, Parts
+from .families.layout import OUTPUT_BIAS, ZEROS, Parts
 
 # The Hub's weight layouts, in the order they are preferred: safetensors before pickles, each as one file or as
 # shards named by an index (its weight_map: tensor name → shard file).
@@ -203,6 +203,9 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
     for ours, parts in ours_parts.items():
         keys = []
         for alternatives in parts:
+            if alternatives == ZEROS:
+                keys.append(None)
+                continue
             key = next((k for k in alternatives if k in shapes), None)
             if key is None:
                 if ours == OUTPUT_BIAS:  # optional, as in transformers: zero, as built
@@ -213,9 +216,12 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
         if not keys:
             continue
         target = params[ours].reshape(1, -1) if ours == OUTPUT_BIAS else params[ours]  # stored (1, V)
-        rows = [shapes[k][1][0] if shapes[k][1] else 0 for k in keys]
-        if sum(rows) != target.shape[0] or any(shapes[k][1][1:] != target.shape[1:] for k in keys):
-            got = " + ".join(f"{k} {shapes[k][1]}" for k in keys)
+        rows = [shapes[k][1][0] if shapes[k][1] else 0 for k in keys if k is not None]
+        zero_rows = (target.shape[0] - sum(rows)) // max(keys.count(None), 1)  # a ZEROS part: as many as the rest
+        rows = [zero_rows if k is None else shapes[k][1][0] if shapes[k][1] else 0 for k in keys]
+        stored = [k for k in keys if k is not None]
+        if sum(rows) != target.shape[0] or any(shapes[k][1][1:] != target.shape[1:] for k in stored):
+            got = " + ".join(f"{k} {shapes[k][1]}" for k in stored)
             raise CheckpointError(f"{shapes[keys[0]][0]}: {got} does not match the expected shape "
                                   f"{tuple(params[ours].shape)} from config.json")
         if int8 and ours == "lm_head.weight":  # untied, V × D: quantized as read, never whole in float32
@@ -224,6 +230,10 @@ def load_network(model_dir: Path, config: ModelConfig, key_map: KeyMap, ignored:
         else:
             pieces = target.split(rows)  # a fused projection's parts: its rows, in order
         for key, piece in zip(keys, pieces):
+            if key is None:
+                with torch.no_grad():
+                    piece.zero_()
+                continue
             destinations[key] = piece, shapes[key][0]
             unit_of[key] = whole_unit(ours, params[ours].data_ptr() == output_weight)
         covered.add(params[ours].data_ptr())
@@ -270,7 +280,8 @@ def save_network(model: Seq2SeqTransformer, model_dir: str | Path, config_json: 
         value = ours[key].detach().to(device="cpu", dtype=dtype)
         value = value.reshape(1, -1) if key == OUTPUT_BIAS else value
         for alternatives, chunk in zip(parts, value.chunk(len(parts))):
-            state[alternatives[0]] = chunk.contiguous()
+            if alternatives != ZEROS:
+                state[alternatives[0]] = chunk.contiguous()
     save_file(state, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
     with open(model_dir / "config.json", "w", encoding="utf-8") as f:
         json.dump(config_json, f, indent=2)

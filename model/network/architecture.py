@@ -19,6 +19,7 @@ class Positions(Enum):
     FAIRSEQ_SINUSOIDAL = "fairseq_sinusoidal"  # fairseq's table; positions counted over non-pad tokens, offset 2
     LEARNED = "learned"  # a trained table per side, position = index + 2
     RELATIVE = "relative"  # T5: no position embeddings; a bucketed relative bias added to self-attention scores
+    AUDIO = "audio"  # Whisper: the encoder's table belongs to its audio front; a learned decoder table, position = index
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,12 @@ class ModelConfig:
     head_dim: int | None = None  # per-head size when heads × head_dim != d_model (T5's d_kv); None: d_model / heads
     relative_buckets: int = 32  # Positions.RELATIVE: buckets and the distance the last bucket starts at
     relative_max_distance: int = 128
+    num_mel_bins: int | None = None  # an audio encoder (Whisper): log-mel features in, not token ids
+    max_source_positions: int | None = None  # the encoder's positions when they differ from the decoder's
+
+    @property
+    def source_positions(self) -> int:
+        return self.max_source_positions or self.max_position_embeddings
 
     def heads_dim(self, heads: int) -> int:
         return self.head_dim or self.d_model // heads

@@ -122,12 +122,15 @@ class RelativePositionBias(nn.Module):
 
 
 def position_embeddings(config: ModelConfig) -> tuple[nn.Module | None, nn.Module | None]:
-    """(encoder positions, decoder positions); the fixed kinds share one table; None for relative positions."""
+    """(encoder positions, decoder positions); the fixed kinds share one table; None for relative positions and
+    for an audio encoder's."""
     kind, n, d = config.architecture.positions, config.max_position_embeddings, config.d_model
     if kind is Positions.RELATIVE:
         return None, None
     if kind is Positions.LEARNED:
         return IndexPositions(None, n, d, offset=2), IndexPositions(None, n, d, offset=2)
+    if kind is Positions.AUDIO:  # the encoder's table is the audio front's (network.audio_front)
+        return None, IndexPositions(None, n, d, offset=0)
     shared = (IndexPositions(marian_sinusoids(n, d), n, d, offset=0) if kind is Positions.MARIAN_SINUSOIDAL
               else FairseqPositions(n, d, config.pad_token_id))
     return shared, shared

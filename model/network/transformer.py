@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .architecture import Architecture, ModelConfig, Positions
+from .audio_front import AudioFront
 from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer, attended_length, embed_scale, make_norm, optional_dropout
 from .positions import RelativePositionBias, position_embeddings
@@ -53,6 +54,9 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder_embed = (self.encoder_embed if config.shared_embeddings
                               else nn.Embedding(config.target_vocab_size, d))
         self.encoder_positions, self.decoder_positions = position_embeddings(config)
+        # Whisper: features in, through convolutions (the decoder embeddings are then the only ones)
+        self.audio_front = (AudioFront(config.num_mel_bins, d, config.source_positions) if config.num_mel_bins
+                            else None)
         # what attention reads of a sequence of `length` keys in each stack (layers.attended_length)
         self.encoder_attends = partial(attended_length, head_dim=config.heads_dim(config.encoder_attention_heads))
         self.decoder_attends = partial(attended_length, head_dim=config.heads_dim(config.decoder_attention_heads))
@@ -114,9 +118,13 @@ class Seq2SeqTransformer(nn.Module):
         return x if self.dropout is None else self.dropout(x)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D)."""
-        positions = self.encoder_positions(src_ids) if self.encoder_positions is not None else None
-        x = self._embed(self.encoder_embed, self.encoder_embed_norm, src_ids, positions)
+        """src_ids, src_mask (B, S), mask True on real tokens → encoder output (B, S, D). An audio encoder takes
+        log-mel features (B, M, F) for src_ids (its mask all True: a window is never padded)."""
+        if self.audio_front is not None:
+            x = self.audio_front(src_ids)  # (B, S, D)
+        else:
+            positions = self.encoder_positions(src_ids) if self.encoder_positions is not None else None
+            x = self._embed(self.encoder_embed, self.encoder_embed_norm, src_ids, positions)
         attn_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         if self.encoder_relative_bias is not None:  # (B, H, S, S): the bias, -inf on padding
             attn_mask = self.encoder_relative_bias(src_ids.shape[1]).masked_fill(~attn_mask, float("-inf"))
@@ -129,7 +137,16 @@ class Seq2SeqTransformer(nn.Module):
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
 
-    def encode_sources(self, sources: list[list[int]],
+    def encode_windows(self, windows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-mel windows (M, F) each → encoder output (B, S, D) and its mask (B, S), all True. Each window is
+        encoded alone: its 1500 positions fill the products, and its numbers never depend on the windows beside it
+        (batch invariance)."""
+        device = self.device
+        mask = torch.ones(1, self.audio_front.positions.shape[0], dtype=torch.bool, device=device)  # (1, S)
+        memory = torch.cat([self.encode(window.to(device)[None], mask) for window in windows])  # (B, S, D)
+        return memory, mask.expand(len(windows), -1)
+
+    def encode_sources(self, sources: list[list[int]] | list[torch.Tensor],
                        row_tokens: int = PACKED_ROW_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token id lists of mixed lengths → the output laid out padded (B, S, D) and its mask (B, S),
         True on real tokens. Without padding where positions are absolute: the sources packed whole, in order, into
@@ -137,7 +154,10 @@ class Seq2SeqTransformer(nn.Module):
         (a block-diagonal mask), positions as the padded batch numbers them, so the linear layers work on about
         the N real tokens instead of B × longest, and attention on rows × row_tokens² pairs instead of N². Relative
         positions (T5) take the padded path, and so does a GPU: its attention kernel reads keys in blocks from the
-        row's start, so a source's numbers would follow where packing placed it."""
+        row's start, so a source's numbers would follow where packing placed it. An audio encoder takes log-mel
+        windows (M, F) instead (encode_windows)."""
+        if self.audio_front is not None:
+            return self.encode_windows(sources)
         device = self.device
         lengths = [len(ids) for ids in sources]
         longest = max(lengths)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import CheckpointError
-from . import bart, m2m100, marian, mbart, t5
+from . import bart, m2m100, marian, mbart, t5, whisper
 from .base import Family, Languages, Tokenizer
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (marian.FAMILY, m2m100.FAMILY, mbart.FAMILY, bart.FAMILY,
-                                                    t5.FAMILY, t5.MT5)}
+                                                    t5.FAMILY, t5.MT5, whisper.FAMILY)}
 
 
 def family_for(model_type: str | None, config_path: Path) -> Family:

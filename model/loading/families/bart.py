@@ -33,9 +33,9 @@ def model_config(raw: dict, source: str) -> ModelConfig:
     return layout.model_config(raw, source, DEFAULTS, architecture, shared_embeddings=True)
 
 
-def byte_level_bpe(model_dir: Path, tok_config: dict) -> TokenizerJson:
-    """vocab.json + merges.txt as a `tokenizers` byte-level BPE with the special tokens added, as transformers
-    builds RobertaTokenizer (BartTokenizer) from them."""
+def byte_level_bpe(model_dir: Path, tok_config: dict, special_tokens=SPECIAL_TOKENS) -> TokenizerJson:
+    """vocab.json + merges.txt as a `tokenizers` byte-level BPE with the special tokens added (in order, after the
+    vocabulary), as transformers builds RobertaTokenizer (BartTokenizer) from them."""
     vocab, merges = model_dir / "vocab.json", model_dir / "merges.txt"
     for path in (vocab, merges):
         if not path.exists():
@@ -44,7 +44,7 @@ def byte_level_bpe(model_dir: Path, tok_config: dict) -> TokenizerJson:
     tokenizer = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([AddedToken(t, special=True, lstrip=t == "<mask>") for t in SPECIAL_TOKENS])
+    tokenizer.add_special_tokens([AddedToken(t, special=True, lstrip=t == "<mask>") for t in special_tokens])
     return TokenizerJson(tokenizer)
 
 

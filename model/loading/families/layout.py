@@ -12,6 +12,7 @@ from ...network.architecture import Architecture, ModelConfig, Positions
 from ..config import config_reader, first_id
 
 Parts = tuple[tuple[str, ...], ...]  # parts concatenated along dim 0; each part: alternative checkpoint keys
+ZEROS: tuple[str, ...] = ()  # a part no checkpoint holds, zeros (Whisper's key projections have no bias)
 OUTPUT_BIAS = "lm_head.bias"  # final_logits_bias in the checkpoint
 
 

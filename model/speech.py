@@ -1,0 +1,223 @@
+"""Speech in: an audio's 30-s windows as engine sources, decoded as transformers' Whisper generate decodes them.
+
+    Transcriber.from_pretrained("openai/whisper-tiny").transcribe(samples)   # 16 kHz mono float32 → Transcript
+
+SpeechWindows walks one audio: each window is one engine Source (its log-mel features) with the DecodeParams of
+that window (the decoder prompt <|startofprev|> prompt <|startoftranscript|> language task [<|notimestamps|>],
+suppressed tokens, the timestamp rule); whoever decodes (the Transcriber here, a server's engine) hands back the
+window's hypothesis, which gives its segments and where the next window starts. Windows of many audios therefore
+share one continuous batch. The language, when not given, is detected first from the first window, as transformers
+does: a one-step source whose only allowed tokens are the model's languages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .audio.features import SAMPLE_RATE, WINDOW_FRAMES, padded_features
+from .decoding.batch_decoder import BatchDecoder
+from .decoding.search import DecodeParams, Hypothesis
+from .decoding.source import Source
+from .decoding.speech_rules import TimestampRules
+from .loading.bundle import ModelBundle, load
+from .text.languages import match_language
+
+FRAME_SECONDS = 0.01  # a feature frame
+TIMESTAMP_SECONDS = 0.02  # a timestamp token's step
+FRAMES_PER_TIMESTAMP = 2
+TASKS = ("transcribe", "translate")
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float  # seconds from the audio's start
+    end: float
+    text: str
+    token_ids: tuple[int, ...]  # its timestamps included
+    avg_logprob: float  # of the window it came from (OpenAI's verbose_json)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    language: str
+    duration: float  # seconds of audio
+    segments: tuple[Segment, ...]
+    text: str  # the segments' texts joined
+
+
+@dataclass(frozen=True)
+class SpeechOptions:
+    task: str = "transcribe"  # or "translate" (into English); an English-only model only transcribes
+    language: str | None = None  # the spoken language; None: detected from the first 30 s
+    prompt: str | None = None  # text the decoder reads before each window (<|startofprev|>)
+    timestamps: bool = True  # segments from timestamp tokens; always on past 30 s, which needs them to seek
+    num_beams: int | None = None  # None: the checkpoint's default
+    temperature: float = 0.0  # > 0 samples (one beam)
+    max_new_tokens: int | None = None  # per window; None: what the decoder's positions leave after the prompt
+
+
+class SpeechWindows:
+    """One audio's windows, stepped by whoever decodes: next_source() and decode_params() for the next step, then
+    take(hypothesis) with its best hypothesis, until next_source() is None."""
+
+    def __init__(self, bundle: ModelBundle, samples: np.ndarray, options: SpeechOptions = SpeechOptions()):
+        self.bundle, self.options = bundle, options
+        self.tokens = tokens = bundle.tokenizer.speech  # model.loading.families.whisper.SpeechTokens
+        if options.task not in TASKS:
+            raise ValueError(f"task {options.task!r} is not one of {', '.join(TASKS)}")
+        if not tokens.multilingual and (options.task != "transcribe" or options.language not in (None, "en")):
+            raise ValueError("an English-only model transcribes English only: task 'transcribe', language 'en'")
+        self.language = (None if options.language is None or not tokens.multilingual
+                         else match_language(options.language, tuple(tokens.languages), "language"))
+        samples = np.asarray(samples, dtype=np.float32)
+        if samples.ndim != 1 or not len(samples):
+            raise ValueError(f"audio samples of shape {samples.shape}; expected (N,) with N > 0, 16 kHz mono")
+        self.duration = len(samples) / SAMPLE_RATE
+        self.features = padded_features(samples, bundle.config.num_mel_bins)  # (M, F)
+        self.frames = self.features.shape[-1]
+        self.timestamps = options.timestamps or self.frames > WINDOW_FRAMES  # long-form seeks by timestamps
+        prompt = bundle.tokenizer.encode(options.prompt) if options.prompt else []
+        self.prompt = ([tokens.previous] + prompt) if prompt else []
+        self.seek = 0  # the frame the next window starts at
+        self.segments: list[Segment] = []
+
+    @property
+    def detecting(self) -> bool:
+        """Whether the next step detects the language (no window decoded yet)."""
+        return self.language is None and self.tokens.multilingual
+
+    def next_source(self) -> Source | None:
+        """The next window (frames from `seek`, padded with zeros to 30 s) as an engine Source; None when done."""
+        if self.seek >= self.frames:
+            return None
+        window = self.features[:, self.seek:self.seek + WINDOW_FRAMES]  # (M, ≤ 3000)
+        return Source([], None, features=F.pad(window, (0, WINDOW_FRAMES - window.shape[-1])))  # (M, 3000)
+
+    def decode_params(self) -> DecodeParams:
+        """The params of the step next_source() gives."""
+        tokens = self.tokens
+        if self.detecting:  # transformers' detect_language: the likeliest language token after the start token
+            return DecodeParams(max_new_tokens=1, decoder_prompt=(tokens.start,),
+                                allowed_tokens=tuple(tokens.languages.values()))
+        init = [tokens.start]
+        if tokens.multilingual:
+            init += [tokens.languages[self.language], tokens.tasks[self.options.task]]
+        if not self.timestamps:
+            init.append(tokens.no_timestamps)
+        prompt = tuple(self.prompt + init)
+        room = tokens.max_target_positions - len(prompt)
+        if (self.options.max_new_tokens or 0) > room:
+            raise ValueError(f"max_new_tokens {self.options.max_new_tokens} after a prompt of {len(prompt)} tokens "
+                             f"exceeds the model's {tokens.max_target_positions} positions")
+        sampling = self.options.temperature > 0
+        params = self.bundle.decode_params(num_beams=None if sampling else self.options.num_beams,
+                                           max_new_tokens=self.options.max_new_tokens or room,
+                                           temperature=self.options.temperature if sampling else None)
+        stamps = TimestampRules(tokens.no_timestamps, tokens.max_initial_timestamp) if self.timestamps else None
+        return replace(params, bad_words_ids=tuple((t,) for t in tokens.suppress), decoder_prompt=prompt,
+                       suppress_at_begin=tokens.suppress_at_begin, timestamps=stamps)
+
+    def take(self, hypothesis: Hypothesis) -> list[Segment]:
+        """The decoded window's best hypothesis → its segments (kept for transcript()); the seek moves on."""
+        ids = list(hypothesis.token_ids)
+        if self.detecting:
+            codes = {token: code for code, token in self.tokens.languages.items()}
+            self.language = codes[ids[0]]
+            return []
+        n = len(ids)
+        avg_logprob = hypothesis.score * n ** self.bundle.generation.length_penalty / n if n else 0.0
+        if ids and ids[-1] == self.tokens.end:
+            ids = ids[:-1]
+        segments, advance = window_segments(ids, self.tokens.first_timestamp, min(self.frames - self.seek,
+                                                                                   WINDOW_FRAMES))
+        offset = self.seek * FRAME_SECONDS
+        out = [Segment(offset + start, offset + end, self.bundle.decode(list(part)), tuple(part), avg_logprob)
+               for start, end, part in segments]
+        self.segments += out
+        self.seek += advance
+        return out
+
+    def transcript(self) -> Transcript:
+        return Transcript(self.language or "en", self.duration, tuple(self.segments),
+                          "".join(s.text for s in self.segments))
+
+
+def window_segments(ids: list[int], first_stamp: int,
+                    frames: int) -> tuple[list[tuple[float, float, list[int]]], int]:
+    """A window's tokens (</s> dropped) → its segments (start and end seconds within the window, tokens) and the
+    frames to seek on: transformers' _retrieve_segment. Consecutive timestamps close a segment; a window ending on
+    a single timestamp is done, else the text after the last pair is dropped and the next window starts at it."""
+    is_stamp = [t >= first_stamp for t in ids]
+    closes = [i + 1 for i in range(len(ids) - 1) if is_stamp[i] and is_stamp[i + 1]]
+    if not closes:  # one segment: up to its last timestamp, else the whole window
+        stamps = [t for t in ids if t >= first_stamp]
+        end = ((stamps[-1] - first_stamp) if stamps and stamps[-1] != first_stamp
+               else int(frames * FRAME_SECONDS / TIMESTAMP_SECONDS))
+        return [(0.0, end * TIMESTAMP_SECONDS, ids)], frames
+    single_ending = is_stamp[-2:] == [False, True]
+    if single_ending:
+        closes.append(len(ids))
+    else:
+        closes[-1] += 1  # the last segment keeps both of its closing timestamps
+    segments, start = [], 0
+    for i, end in enumerate(closes):
+        part = ids[start:end]
+        last = -1 if i < len(closes) - 1 or single_ending else -2
+        segments.append(((part[0] - first_stamp) * TIMESTAMP_SECONDS, (part[last] - first_stamp) * TIMESTAMP_SECONDS,
+                         part))
+        start = end
+    advance = frames if single_ending else (ids[start - 2] - first_stamp) * FRAMES_PER_TIMESTAMP
+    return segments, advance
+
+
+class Transcriber:
+    """Audio → Transcript on a Whisper checkpoint, windows of many audios decoded in one continuous batch."""
+
+    def __init__(self, bundle: ModelBundle):
+        if bundle.network.audio_front is None:
+            raise ValueError(f"{bundle.name} is a {bundle.family} model, not a speech model")
+        self.bundle = bundle
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None = None, device: str = "cpu",
+                        dtype: str = "float32") -> "Transcriber":
+        return cls(load(path, device=device, dtype=dtype))
+
+    def transcribe(self, samples: np.ndarray, options: SpeechOptions = SpeechOptions()) -> Transcript:
+        return self.transcribe_all([samples], options)[0]
+
+    @torch.inference_mode()
+    def transcribe_all(self, audios: list[np.ndarray], options: SpeechOptions = SpeechOptions(),
+                       batch_size: int = 16) -> list[Transcript]:
+        """Each audio's transcript, in order; up to `batch_size` windows (of different audios) decode together."""
+        walks = [SpeechWindows(self.bundle, samples, options) for samples in audios]
+        beams = options.num_beams or self.bundle.generation.num_beams
+        decoder = BatchDecoder(self.bundle.network, capacity=batch_size * beams, max_source_len=1,
+                               max_new_tokens=self.bundle.tokenizer.speech.max_target_positions - 1)
+        waiting = list(range(len(walks)))  # audios whose next window may join
+        while waiting or decoder.searches:
+            joining = []
+            for key in list(waiting):
+                source = walks[key].next_source()
+                if source is None:
+                    waiting.remove(key)
+                    continue
+                params = walks[key].decode_params()
+                if params.rows > decoder.free_rows - sum(p.rows for _, _, p in joining):
+                    break
+                joining.append((key, source.encoder_input, params))
+                waiting.remove(key)
+            if joining:
+                decoder.admit(joining)
+            for event in decoder.step():
+                if event.error is not None:
+                    raise event.error
+                if event.results is not None:
+                    walks[event.key].take(event.results[0])
+                    waiting.append(event.key)
+        return [walk.transcript() for walk in walks]
