@@ -47,7 +47,7 @@ def describe(name: str, path: Path | str) -> ModelEntry:
     langs = bundle.languages
     return ModelEntry(name, str(path), bundle.family, tuple(langs.source), tuple(langs.target),
                       bundle.generation.num_beams, bundle.max_positions, bundle.chat_template,
-                      speech=bool(getattr(bundle.config, "num_mel_bins", None)))
+                      speech=bundle.config.num_mel_bins is not None)
 
 
 def model_limits(settings: Settings, max_positions: int) -> Settings:

@@ -220,6 +220,8 @@ class HeldModel:
             windows = SpeechWindows(self.bundle, job.samples, job.options)
         except UnsupportedLanguage as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="language", limit=list(e.supported)) from None
+        except ValueError as e:  # a task the model lacks (an English-only model translating), ...
+            raise InvalidRequest(f"{e} (model {self.name!r})", field="task") from None
         params = windows.decode_params()
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         while True:
