@@ -1,0 +1,108 @@
+"""OpenAI's audio API through a real server (python -m server --no-ray, a tiny random Whisper checkpoint beside the
+demo translation model): the official `openai` client unchanged, `audio.transcriptions.create` in every
+response_format and streamed, `audio.translations.create`, and the native /v1/transcribe's subtitles. Random weights
+give random text: the oracle is model.Transcriber in this process on the same file's samples."""
+
+import httpx
+import openai
+import pytest
+from server_process import running_server
+from whisper_fixtures import build_whisper, speech
+
+from audio_files import audio_bytes
+from model import SpeechOptions, Transcriber, demo_model_dir, read_audio
+from server.front.subtitles import srt, vtt
+
+SECONDS = 40.0  # two windows: the second starts where the first one's last timestamp fell
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return build_whisper(tmp_path_factory.mktemp("speech") / "tiny-whisper")
+
+
+@pytest.fixture(scope="module")
+def url(checkpoint):
+    with running_server("--no-ray", "--model", str(checkpoint), "--model", str(demo_model_dir()),
+                        timeout=120) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return openai.OpenAI(api_key="any", base_url=url + "/v1", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def audio(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audio") / "speech.flac"
+    path.write_bytes(audio_bytes(speech(SECONDS), 16_000, ".flac"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def oracle(checkpoint, audio):
+    """What the server must answer, per task: model.Transcriber on the samples the server decodes."""
+    transcriber = Transcriber.from_pretrained(str(checkpoint))
+    samples = read_audio(audio.read_bytes(), max_bytes=10**8, max_seconds=600)
+    return {task: transcriber.transcribe(samples, SpeechOptions(task=task, language="en"))
+            for task in ("transcribe", "translate")}
+
+
+def transcribe(client, audio, **options):
+    with open(audio, "rb") as file:
+        return client.audio.transcriptions.create(model="tiny-whisper", file=file, language="en", **options)
+
+
+def test_json_and_text(client, audio, oracle):
+    answer = transcribe(client, audio)
+    assert answer.text == oracle["transcribe"].text
+    assert (answer.usage.type, answer.usage.seconds) == ("duration", SECONDS)
+    assert transcribe(client, audio, response_format="text") == oracle["transcribe"].text
+
+
+def test_subtitles(client, audio, oracle):
+    segments = oracle["transcribe"].segments
+    assert len(segments) >= 2 and segments[-1].end > 30.0
+    assert transcribe(client, audio, response_format="srt") == srt(segments)
+    assert transcribe(client, audio, response_format="vtt") == vtt(segments)
+
+
+def test_verbose_json(client, audio, oracle):
+    answer = transcribe(client, audio, response_format="verbose_json", timestamp_granularities=["segment"])
+    assert (answer.language, answer.duration, answer.text) == ("english", SECONDS, oracle["transcribe"].text)
+    assert [(s.id, s.start, s.end, s.text, tuple(s.tokens)) for s in answer.segments] == \
+        [(i, s.start, s.end, s.text, s.token_ids) for i, s in enumerate(oracle["transcribe"].segments)]
+
+
+def test_stream(client, audio, oracle):
+    with open(audio, "rb") as file:
+        events = list(client.audio.transcriptions.create(model="tiny-whisper", file=file, language="en",
+                                                         stream=True))
+    assert [e.type for e in events] == ["transcript.text.delta"] * len(oracle["transcribe"].segments) + \
+        ["transcript.text.done"]
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text == oracle["transcribe"].text
+
+
+def test_translations_with_openai_s_model_name(client, audio, oracle):
+    with open(audio, "rb") as file:
+        answer = client.audio.translations.create(model="whisper-1", file=file)
+    assert answer.text == oracle["translate"].text  # the language detected is English, as the oracle's
+
+
+def test_word_timestamps_are_refused_saying_so(client, audio):
+    with pytest.raises(openai.BadRequestError, match="word timestamps are not supported"):
+        transcribe(client, audio, response_format="verbose_json", timestamp_granularities=["word"])
+
+
+def test_hostile_audio_is_a_400_and_the_server_goes_on(client, audio, oracle):
+    with pytest.raises(openai.BadRequestError, match="not audio this server reads"):
+        client.audio.transcriptions.create(model="tiny-whisper", file=("speech.wav", b"PK\x03\x04" + b"\0" * 100))
+    assert transcribe(client, audio).text == oracle["transcribe"].text
+
+
+def test_native_subtitles(url, audio, oracle):
+    answer = httpx.post(url + "/v1/transcribe", data={"model": "tiny-whisper", "language": "en", "format": "vtt"},
+                        files={"file": ("speech.flac", audio.read_bytes())}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.text == vtt(oracle["transcribe"].segments)
