@@ -337,10 +337,11 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     improvable = states[:, column["improvable"]].bool()
     # Length penalties computed in Python floats and rounded once to float32, as a search alone divides by them:
     # this step's, and the best generated length's.
-    # (lengths past the decoder prompt, as transformers counts from its decoder_prompt_len)
-    penalties = torch.tensor([[(s.cur_len - s.prompt_steps) ** s.params.length_penalty,
-                               ((s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
-                                 else s.cur_len) - s.prompt_steps) ** s.params.length_penalty]
+    # Lengths past the decoder prompt, as transformers counts from its decoder_prompt_len; at least 1 while the
+    # prompt is forced (nothing finishes then, and no length may turn a score's sign).
+    penalties = torch.tensor([[max(s.cur_len - s.prompt_steps, 1) ** s.params.length_penalty,
+                               max((s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
+                                    else s.cur_len) - s.prompt_steps, 1) ** s.params.length_penalty]
                               for s in searches]).float()  # (G, 2)
     penalty, best_penalty = penalties[:, 0:1], penalties[:, 1:2]
     cur_len = torch.tensor([[s.cur_len] for s in searches], dtype=torch.float64)  # (G, 1)

@@ -46,7 +46,7 @@ def timestamp_bans(history: torch.Tensor, positions: torch.Tensor, rows: Timesta
                    vocab: int) -> torch.Tensor:
     """What the rule bans before it looks at the scores, (n, V) bool. history (n, T'): each row's decoder input,
     positions (n,): its last input token's index."""
-    n, device = positions.shape[0], positions.device
+    device = positions.device
     first, active = rows.first[:, None], (rows.first >= 0)[:, None]  # (n, 1)
     index = torch.arange(history.shape[1], device=device)[None, :]  # (1, T')
     generated = (index >= rows.begin[:, None]) & (index <= positions[:, None])  # (n, T')

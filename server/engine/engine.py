@@ -42,7 +42,7 @@ class Engine:
             self.dropped.add(sequence.id)
         self._join()
         if plan.admit:
-            entries = [(s.id, s.source_ids, s.params) for s in plan.admit]
+            entries = [(s.id, s.encoder_input, s.params) for s in plan.admit]
             self.encoding = self.encoder.submit(self.decoder.encode, entries)
             self.encoding_rows = sum(s.rows for s in plan.admit)
             if not self.decoder.searches:  # nobody to decode meanwhile

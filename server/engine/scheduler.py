@@ -100,7 +100,7 @@ class Scheduler:
         longest = 0
         while self.waiting:
             sequence = self._least_served(held)
-            padded = (len(plan.admit) + 1) * max(longest, len(sequence.source_ids))
+            padded = (len(plan.admit) + 1) * max(longest, sequence.source_length)
             if sequence.rows > free_rows or (plan.admit and padded > self.max_batch_tokens):
                 break
             own = held[sequence.request_id]
@@ -110,7 +110,7 @@ class Scheduler:
             plan.admit.append(sequence)
             free_rows -= sequence.rows
             held[sequence.request_id] += sequence.rows
-            longest = max(longest, len(sequence.source_ids))
+            longest = max(longest, sequence.source_length)
             sequence.status = Status.RUNNING
             self.running[sequence.id] = sequence
         if plan.admit:

@@ -8,7 +8,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # annotations only: the scheduler's side stays free of torch
     from model import DecodeParams, Hypothesis
@@ -57,10 +57,21 @@ class Sequence:
     first_token_at: float | None = None
     steps: int = 0  # decoder steps taken (a beam request steps all its beams at once)
     output_tokens: int = 0  # set when finished: tokens of the best hypothesis (see README "output tokens")
+    features: Any = None  # an audio window's log-mel features (model.Source.features), encoded instead of source_ids
 
     def __post_init__(self):
         if self.request_id is None:
             self.request_id = self.id
+
+    @property
+    def encoder_input(self):
+        """What the encoder takes: the source ids, or an audio window's features."""
+        return self.source_ids if self.features is None else self.features
+
+    @property
+    def source_length(self) -> int:
+        """What it adds to the padded encoder batch: its ids, or an audio window's feature frames."""
+        return len(self.source_ids) if self.features is None else self.features.shape[-1]
 
     @property
     def rows(self) -> int:

@@ -1,0 +1,158 @@
+"""Whisper against transformers on tiny random checkpoints (multilingual and `.en`): log-mel features equal to
+WhisperFeatureExtractor's, the Hub layout loaded, and WhisperForConditionalGeneration.generate's tokens in float32,
+token for token: greedy and beam 4, transcribe and translate, language given and detected, timestamps on and off,
+a prompt, short-form and long-form (past 30 s, in windows that seek by timestamps). Then batch invariance: a
+window decoded alone and inside a running batch of other windows, bit for bit, in float32, bfloat16 and int8.
+
+Random weights loop to the token limit, so every comparison gives both sides the same small max_new_tokens.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from batch_decoding import differences
+from whisper_fixtures import build_whisper, speech
+
+from model import SpeechOptions, SpeechWindows, Transcriber, load
+from model.audio.features import padded_features
+from model.kernels import isa
+from model.speech import window_segments
+
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("whisper")
+    return {"multilingual": build_whisper(root / "tiny"), "en": build_whisper(root / "tiny.en", multilingual=False)}
+
+
+@pytest.fixture(scope="module")
+def models(checkpoints):
+    from transformers import WhisperForConditionalGeneration
+    return {name: (Transcriber.from_pretrained(str(path)),
+                   WhisperForConditionalGeneration.from_pretrained(str(path)).eval())
+            for name, path in checkpoints.items()}
+
+
+def transformers_tokens(oracle, transcriber, samples, options: SpeechOptions) -> list[int]:
+    """What generate returns for `samples` with `options` (its output without </s> padding)."""
+    tokens = transcriber.bundle.tokenizer.speech
+    kwargs = dict(max_new_tokens=options.max_new_tokens, return_timestamps=options.timestamps)
+    if tokens.multilingual:
+        kwargs |= dict(task=options.task, language=options.language)
+    if options.num_beams:
+        kwargs["num_beams"] = options.num_beams
+    if options.prompt:
+        kwargs["prompt_ids"] = torch.tensor([tokens.previous] + transcriber.bundle.tokenizer.encode(options.prompt))
+    with torch.no_grad():
+        out = oracle.generate(padded_features(samples)[None], **kwargs)[0].tolist()
+    return [t for t in out if t != tokens.end]
+
+
+def our_tokens(transcriber, samples, options: SpeechOptions) -> list[int]:
+    return [t for segment in transcriber.transcribe(samples, options).segments for t in segment.token_ids]
+
+
+CASES = {  # name: (model, seconds, options); the slow ones decode many windows or beams through transformers
+    "greedy, timestamps": ("multilingual", 8, SpeechOptions()),
+    "greedy, German given": ("multilingual", 8, SpeechOptions(language="de")),
+    "translate": ("multilingual", 8, SpeechOptions(task="translate", language="fr")),
+    "prompt": ("multilingual", 8, SpeechOptions(prompt="hello world", language="en")),
+    "beam 4": ("multilingual", 8, SpeechOptions(num_beams=4, language="en")),
+    ".en, timestamps": ("en", 5, SpeechOptions()),
+    "no timestamps": ("multilingual", 12, SpeechOptions(timestamps=False, language="es")),
+    "beam 4, no timestamps": ("en", 6, SpeechOptions(num_beams=4, timestamps=False)),
+    "long-form": ("multilingual", 47, SpeechOptions()),
+    "long-form, beam 4, prompt": ("multilingual", 41, SpeechOptions(num_beams=4, prompt="one two", language="de")),
+    "long-form .en": ("en", 35, SpeechOptions()),
+}
+SLOW = {"no timestamps", "beam 4, no timestamps", "long-form", "long-form, beam 4, prompt", "long-form .en"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+                                  for name in CASES])
+def test_tokens_equal_transformers_generate(models, case):
+    name, seconds, options = CASES[case]
+    transcriber, oracle = models[name]
+    options = SpeechOptions(**{**options.__dict__, "max_new_tokens": NEW_TOKENS})
+    samples = speech(seconds, seed=seconds)
+    assert our_tokens(transcriber, samples, options) == transformers_tokens(oracle, transcriber, samples, options)
+
+
+def test_features_equal_the_feature_extractor():
+    from transformers import WhisperFeatureExtractor
+    extractor = WhisperFeatureExtractor()
+    for seconds, padding in ((7.3, "max_length"), (30, "max_length"), (41, "longest")):
+        samples = speech(seconds, seed=1)
+        expected = extractor(samples, sampling_rate=16000, return_tensors="pt", padding=padding,
+                             truncation=padding == "max_length").input_features[0]
+        torch.testing.assert_close(padded_features(samples), expected, rtol=0, atol=1e-6)
+
+
+def test_the_hub_layout_loads_and_computes_transformers_logits(checkpoints, models, tmp_path):
+    transcriber, oracle = models["multilingual"]
+    bundle = transcriber.bundle
+    assert bundle.family == "whisper" and bundle.languages.source == ("de", "en", "es", "fr", "ja")
+    features = padded_features(speech(3))[None]
+    prompt = torch.tensor([[bundle.config.decoder_start_token_id, 302, 308, 313, 40, 41]])
+    with torch.no_grad():
+        expected = oracle(input_features=features, decoder_input_ids=prompt).logits
+        ours = bundle.network.forward(features, torch.ones(1, 1500, dtype=torch.bool), prompt)
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
+    # without tokenizer.json: vocab.json + merges.txt + added_tokens.json, as older repositories
+    older = tmp_path / "older"
+    shutil.copytree(checkpoints["multilingual"], older)
+    (older / "tokenizer.json").unlink()
+    again = load(str(older), weights=False)
+    text = "the lazy fox, 42"
+    assert again.tokenizer.encode(text) == bundle.tokenizer.encode(text)
+    assert again.tokenizer.speech == bundle.tokenizer.speech
+    assert json.loads((older / "added_tokens.json").read_text())["<|notimestamps|>"] == 312
+
+
+def test_window_segments_follow_transformers_rules():
+    first = 100  # <|0.00|>
+    text = [7, 8, 9]
+    # pairs close segments; a single timestamp at the end: the window is done
+    segments, advance = window_segments([100, *text, 110, 110, 5, 120], first, 3000)
+    assert [(s, e) for s, e, _ in segments] == [(0.0, 0.2), (0.2, 0.4)] and advance == 3000
+    # ending on a pair: the text after the last pair is dropped, and the next window starts at its timestamp
+    segments, advance = window_segments([100, *text, 110, 110, 5, 6, 130, 130], first, 3000)
+    assert segments[-1][2] == [110, 5, 6, 130, 130] and advance == 60
+    # no pair: one segment to the last timestamp, or the whole window
+    assert window_segments([*text, 125], first, 3000)[0] == [(0.0, 0.5, [*text, 125])]
+    assert window_segments(text, first, 1200) == ([(0.0, 12.0, text)], 1200)
+
+
+def test_windows_are_engine_sources_with_their_prompts(models):
+    transcriber, _ = models["multilingual"]
+    windows = SpeechWindows(transcriber.bundle, speech(40), SpeechOptions(task="translate", prompt="one"))
+    source = windows.next_source()
+    assert source.ids == [] and tuple(source.features.shape) == (80, 3000)
+    detect = windows.decode_params()  # no language given: detected first, from the first window
+    assert detect.max_new_tokens == 1 and set(detect.allowed_tokens) == {302, 303, 304, 305, 306}
+    windows.language = "fr"
+    params = windows.decode_params()
+    assert params.decoder_prompt[0] == 310 and params.decoder_prompt[-3:] == (301, 304, 307)
+    assert params.timestamps is not None  # past 30 s, timestamps seek
+    with pytest.raises(ValueError, match="English-only"):
+        SpeechWindows(models["en"][0].bundle, speech(1), SpeechOptions(language="de"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_a_windows_decoding_does_not_depend_on_its_batch(checkpoints, dtype):
+    if dtype == "bfloat16" and not isa.bfloat16_packs():
+        pytest.skip(f"bfloat16 does not run on {isa.instruction_sets()}")
+    bundle = load(str(checkpoints["multilingual"]), dtype=dtype)
+    windows = [SpeechWindows(bundle, speech(seconds, seed=seconds), SpeechOptions(language="en"))
+               for seconds in (3, 9, 17, 29)]
+    features = [w.next_source().features for w in windows]
+    for beams in (1, 4):
+        params = SpeechWindows(bundle, np.zeros(16000, np.float32),
+                               SpeechOptions(language="en", num_beams=beams, max_new_tokens=NEW_TOKENS)).decode_params()
+        assert differences(bundle.network, features, params) == [], beams
