@@ -222,7 +222,6 @@ class HeldModel:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="language", limit=list(e.supported)) from None
         except ValueError as e:  # a task the model lacks (an English-only model translating), ...
             raise InvalidRequest(f"{e} (model {self.name!r})", field="task") from None
-        params = windows.decode_params()
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         while True:
             try:
@@ -230,12 +229,24 @@ class HeldModel:
                     source = await asyncio.to_thread(windows.next_source)  # log-mel features: torch, off the loop
                     if source is None:
                         break
+                    params = self._window_params(windows.decode_params())
                     [hypotheses] = await decode_all(self.engine, [source], params, window=1)
             except TimeoutError:
                 raise self.timed_out() from None
             for segment in windows.take(hypotheses[0]):
                 yield segment
         yield windows.transcript()
+
+    def _window_params(self, params: DecodeParams) -> DecodeParams:
+        """A window's params within the decoder's max_new_tokens positions (prompt and window together), as every
+        sequence's: the window's tokens are cut to fit (Whisper's own decoding stops a window at 224), a prompt
+        that leaves no room is a 422."""
+        room = self.settings.max_new_tokens - params.prompt_steps
+        if room < 1:
+            raise InvalidRequest(f"prompt: the decoder prompt takes {params.prompt_steps} of the "
+                                 f"{self.settings.max_new_tokens} positions a window has (max_new_tokens)",
+                                 field="prompt", limit=self.settings.max_new_tokens)
+        return replace(params, max_new_tokens=min(params.max_new_tokens, room))
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None
