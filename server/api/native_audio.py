@@ -56,8 +56,7 @@ async def transcribe(request: Request):
     upload, fields = await file_form(request, FIELDS, lengths={"prompt": 2_000})
     kind, task = choice(fields, "format", FORMATS), choice(fields, "task", TASKS)
     samples = await speech.read(state.provider, await upload.read())
-    options = SpeechOptions(task=task, language=fields["language"], prompt=fields["prompt"],
-                            timestamps=kind in SUBTITLE_FORMATS or kind == "json")
+    options = SpeechOptions(task=task, language=fields["language"], prompt=fields["prompt"])  # timestamps: always
 
     async def work():
         transcription = await speech.transcribe(state.provider, SpeechJob(samples, options), fields["model"])

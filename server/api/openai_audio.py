@@ -71,10 +71,10 @@ async def answer(request: Request, task: str):
     await caller_of(request, openai.BEARER, work=True)
     upload, body = await read(request)
     samples = await speech.read(state.provider, await upload.read())
-    # OpenAI's translations take no language: the spoken one is detected
+    # OpenAI's translations take no language: the spoken one is detected. Timestamps in every format, as Whisper's
+    # own transcribe decodes, so that json's text is verbose_json's.
     options = SpeechOptions(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt,
-                            temperature=body.temperature,
-                            timestamps=body.response_format in ("srt", "vtt", "verbose_json"))
+                            temperature=body.temperature)
     job, model = SpeechJob(samples, options), speech_model(request, body.model)
     if body.stream:
         return event_response(deltas((await speech.transcribe(state.provider, job, model)).events))

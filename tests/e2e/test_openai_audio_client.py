@@ -14,8 +14,10 @@ from model import SpeechOptions, Transcriber, demo_model_dir, read_audio
 from server.front.subtitles import srt, vtt
 
 SECONDS = 8.0  # several windows all the same: each starts where the last one's last timestamp fell
-WINDOW_TOKENS = 32  # a random model's windows run to the limit: kept short (the server's max_new_tokens, less the
-MAX_NEW_TOKENS = WINDOW_TOKENS + 8  # decoder prompt, bounds them: the oracle is given the same bound)
+# A random model's windows run to their limit: kept short. The server's max_new_tokens, less a window's decoder
+# prompt, bounds them; the oracle is given the same bound.
+WINDOW_TOKENS = 32
+MAX_NEW_TOKENS = WINDOW_TOKENS + 8
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +89,7 @@ def test_stream(client, audio, oracle):
     assert "".join(e.delta for e in events[:-1]) == events[-1].text == oracle["transcribe"].text
 
 
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks the call; OpenAI still serves it
 def test_translations_with_openai_s_model_name(client, audio, oracle):
     with open(audio, "rb") as file:
         answer = client.audio.translations.create(model="whisper-1", file=file)
