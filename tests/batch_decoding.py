@@ -59,7 +59,7 @@ def differences(network, ids: list[list[int]], params, static_shapes: bool = Fal
     as a server's requests do whatever else it runs: alone is that decoder holding one search at a time."""
     capacity = capacity or sequences_at_once * params.num_beams
     decode = partial(decode_joining, network, [(i, source, params) for i, source in enumerate(ids)], capacity,
-                     max_new_tokens=params.max_new_tokens, static_shapes=static_shapes)
+                     max_new_tokens=params.max_new_tokens + params.prompt_steps, static_shapes=static_shapes)
     together = decode(join_at_most, searches_at_most=sequences_at_once)
     alone = decode(1, searches_at_most=1)
     return sorted(key for key, (results, steps) in together.items()

@@ -4,7 +4,8 @@ forced tokens (the target language, a decoder prompt) and a forced </s>.
 
 They mirror transformers' RepetitionPenalty, NoRepeatNGram, NoBadWords (and SuppressTokens),
 SuppressTokensAtBegin, MinLength/MinNewTokensLength, WhisperTimeStamp, ForcedBOSToken and ForcedEOSToken
-processors, in that order; allowed tokens are Whisper's language detection (its argmax over language tokens). The scores a search chooses from are the logits
+processors, in that order; allowed tokens are Whisper's language detection (its argmax over language tokens). The
+scores a search chooses from are the logits
 (greedy, sampling) or the log-probabilities (beam search), as in transformers.
 
 Each cache row's rules live on the device (`RowRules`): written when its request joins, moved with the row when
@@ -163,8 +164,8 @@ class RowRules:
             if eos_banned is not None:
                 scores[:, self.eos_id].masked_fill_(eos_banned, NEG_INF)
         if active.timestamps:
-            rows = TimestampRows(*limits[:, STAMP_FIRST:].unbind(1)[:3], limits[:, BEGIN],
-                                 limits[:, ON_LOGPROBS].bool())
+            rows = TimestampRows(limits[:, STAMP_FIRST], limits[:, NO_STAMPS], limits[:, LAST_INITIAL],
+                                 limits[:, BEGIN], limits[:, ON_LOGPROBS].bool())
             banned = timestamp_bans(history, positions, rows, self.eos_id, targets[0].shape[1])
             for scores in targets:
                 scores.masked_fill_(banned, NEG_INF)
@@ -193,7 +194,8 @@ def _limits(p: DecodeParams, target_capacity: int) -> list[int]:
     """A row's limits (the columns above). Positions past the decoder prompt count as generated; a row without the
     timestamp rule has NO_TOKEN as its first timestamp."""
     stamps = p.timestamps
-    last_initial = target_capacity if stamps is None or stamps.max_initial is None else stamps.first + stamps.max_initial
+    unlimited = stamps is None or stamps.max_initial is None
+    last_initial = target_capacity if unlimited else stamps.first + stamps.max_initial
     return [p.no_repeat_ngram_size, p.min_new_tokens + p.prompt_steps, _or_none(p.forced_eos_token_id),
             p.max_new_tokens + p.prompt_steps - 1, p.prompt_steps + 1,
             NO_TOKEN if stamps is None else stamps.first, NO_TOKEN if stamps is None else stamps.no_timestamps,

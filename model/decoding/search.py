@@ -327,6 +327,12 @@ def advance_beams(searches: list[BeamSearch], top_logprobs: torch.Tensor,
     return parents
 
 
+def _best_length(s: BeamSearch) -> int:
+    """The length transformers' early-stop heuristic divides the best running score by."""
+    never = s.params.early_stopping == "never" and s.params.length_penalty > 0
+    return s.max_length - 1 if never else s.cur_len
+
+
 def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tensor,
                    top_tokens: torch.Tensor) -> list[list[int]]:
     """advance_beams for G searches of width k; top_logprobs, top_tokens (G·k, W)."""
@@ -340,8 +346,7 @@ def _advance_width(k: int, searches: list[BeamSearch], top_logprobs: torch.Tenso
     # Lengths past the decoder prompt, as transformers counts from its decoder_prompt_len; at least 1 while the
     # prompt is forced (nothing finishes then, and no length may turn a score's sign).
     penalties = torch.tensor([[max(s.cur_len - s.prompt_steps, 1) ** s.params.length_penalty,
-                               max((s.max_length - 1 if s.params.early_stopping == "never" and s.params.length_penalty > 0
-                                    else s.cur_len) - s.prompt_steps, 1) ** s.params.length_penalty]
+                               max(_best_length(s) - s.prompt_steps, 1) ** s.params.length_penalty]
                               for s in searches]).float()  # (G, 2)
     penalty, best_penalty = penalties[:, 0:1], penalties[:, 1:2]
     cur_len = torch.tensor([[s.cur_len] for s in searches], dtype=torch.float64)  # (G, 1)

@@ -55,8 +55,9 @@ def timestamp_bans(history: torch.Tensor, positions: torch.Tensor, rows: Timesta
     before = history.gather(1, (positions - 1).clamp(min=0)[:, None])
     last_stamp = (positions[:, None] >= rows.begin[:, None]) & (last >= first)
     before_stamp = (positions[:, None] - 1 < rows.begin[:, None]) | (before >= first)
-    latest = torch.where(stamps, history, -1).amax(1, keepdim=True)  # (n, 1): timestamps only rise
-    lowest = torch.where(latest < 0, first, torch.where(last_stamp & ~before_stamp, latest, latest + 1))
+    latest_at = torch.where(stamps, index, -1).amax(1, keepdim=True)  # (n, 1): where the last timestamp is, or -1
+    latest = history.gather(1, latest_at.clamp(min=0))
+    lowest = torch.where(latest_at < 0, first, torch.where(last_stamp & ~before_stamp, latest, latest + 1))
     token = torch.arange(vocab, device=device)[None, :]  # (1, V)
     banned = token == rows.no_timestamps[:, None]
     banned |= last_stamp & before_stamp & (token >= first)  # a pair closed: text (or </s>) next

@@ -19,7 +19,7 @@ class Positions(Enum):
     FAIRSEQ_SINUSOIDAL = "fairseq_sinusoidal"  # fairseq's table; positions counted over non-pad tokens, offset 2
     LEARNED = "learned"  # a trained table per side, position = index + 2
     RELATIVE = "relative"  # T5: no position embeddings; a bucketed relative bias added to self-attention scores
-    AUDIO = "audio"  # Whisper: the encoder's table belongs to its audio front; a learned decoder table, position = index
+    AUDIO = "audio"  # Whisper: the encoder's table is its audio front's; a learned decoder table, position = index
 
 
 @dataclass(frozen=True)

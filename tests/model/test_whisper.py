@@ -16,12 +16,14 @@ import torch
 from batch_decoding import differences
 from whisper_fixtures import build_whisper, speech
 
-from model import SpeechOptions, SpeechWindows, Transcriber, load
+from model import DecodeParams, SpeechOptions, SpeechWindows, Transcriber, load
 from model.audio.features import padded_features
+from model.decoding.logits_rules import ActiveRules, RowRules
+from model.decoding.speech_rules import TimestampRules
 from model.kernels import isa
 from model.speech import window_segments
 
-NEW_TOKENS = 8
+NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +114,37 @@ def test_the_hub_layout_loads_and_computes_transformers_logits(checkpoints, mode
     assert again.tokenizer.encode(text) == bundle.tokenizer.encode(text)
     assert again.tokenizer.speech == bundle.tokenizer.speech
     assert json.loads((older / "added_tokens.json").read_text())["<|notimestamps|>"] == 312
+
+
+def test_the_timestamp_rule_bans_what_transformers_bans():
+    """Rows of mixed lengths past a 3-token prompt, text and timestamps at random, against
+    WhisperTimeStampLogitsProcessor row by row (the suppressing processors are plain bans)."""
+    from transformers import GenerationConfig
+    from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
+
+    vocab, eos, no_stamps, prompt = 60, 30, 39, (1, 2, 3)
+    processor = WhisperTimeStampLogitsProcessor(
+        GenerationConfig(eos_token_id=eos, no_timestamps_token_id=no_stamps, max_initial_timestamp_index=3),
+        begin_index=len(prompt))
+    params = DecodeParams(max_new_tokens=12, decoder_prompt=prompt, timestamps=TimestampRules(no_stamps, 3))
+    generator = torch.Generator().manual_seed(0)
+    rows = 64
+    histories = [list(prompt) + torch.where(torch.rand(n, generator=generator) < 0.5,
+                                            torch.randint(0, eos, (n,), generator=generator),
+                                            torch.randint(no_stamps + 1, vocab, (n,), generator=generator)).tolist()
+                 for n in torch.randint(0, 7, (rows,), generator=generator).tolist()]
+    scores = torch.randn(rows, vocab, generator=generator) * 3
+    scores[:, no_stamps + 1:] += torch.randn(rows, 1, generator=generator) * 2 - 3  # timestamps win in some rows
+    rules = RowRules(rows, 16, eos, "cpu")
+    rules.admit(list(range(rows)), [params] * rows)
+    for row, history in enumerate(histories):
+        rules.history[row, :len(history)] = torch.tensor(history)
+    positions = torch.tensor([len(h) - 1 for h in histories])
+    ours = scores.clone()
+    rules.apply((ours,), positions, int(positions.max()) + 1, ActiveRules(timestamps=True))
+    for row, history in enumerate(histories):
+        expected = processor(torch.tensor([history]), scores[row:row + 1].clone())[0]
+        assert torch.equal(ours[row], expected), history
 
 
 def test_window_segments_follow_transformers_rules():

@@ -105,7 +105,8 @@ def read_speech_tokens(model_dir: Path, pieces: TokenizerJson, config: dict) -> 
         start=gen["decoder_start_token_id"], previous=pieces.token_id("<|startofprev|>"),
         end=first_id(gen.get("eos_token_id", config.get("eos_token_id", DEFAULTS["eos_token_id"]))),
         languages=languages, tasks=dict(gen.get("task_to_id") or {}), no_timestamps=gen["no_timestamps_token_id"],
-        suppress=tuple(gen.get("suppress_tokens") or ()), suppress_at_begin=tuple(gen.get("begin_suppress_tokens") or ()),
+        suppress=tuple(gen.get("suppress_tokens") or ()),
+        suppress_at_begin=tuple(gen.get("begin_suppress_tokens") or ()),
         max_initial_timestamp=gen.get("max_initial_timestamp_index"),
         max_target_positions=config.get("max_target_positions", DEFAULTS["max_target_positions"]))
 
