@@ -112,3 +112,28 @@ def test_native_subtitles(url, audio, oracle):
                         files={"file": ("speech.flac", audio.read_bytes())}, timeout=120)
     assert answer.status_code == 200, answer.text
     assert answer.text == vtt(oracle["transcribe"].segments)
+
+
+def test_the_page_s_speech_view_shows_the_subtitles(url, audio):
+    """The web page's Speech view (a real headless Chromium): the file uploaded, the subtitles shown as the API
+    answers them for the same file (the language detected), a link to save them."""
+    from loadtests.browser import chrome, missing
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    if missing():
+        pytest.skip(f"no headless browser: {missing()}")
+    browser = chrome(audio.parent)
+    try:
+        browser.get(url + "/?view=speech&speech_format=srt")
+        tab = browser.find_element("id", "tab-speech")
+        WebDriverWait(browser, 10).until(lambda _: tab.is_displayed())
+        browser.find_element("id", "audio").send_keys(str(audio))
+        browser.find_element("id", "transcribe").click()
+        transcript = browser.find_element("id", "transcript")
+        WebDriverWait(browser, 120).until(lambda _: transcript.get_property("value"))
+        expected = httpx.post(url + "/v1/transcribe", data={"format": "srt"},
+                              files={"file": (audio.name, audio.read_bytes())}, timeout=120)
+        assert transcript.get_property("value") == expected.text
+        assert browser.find_element("id", "subtitles-download").is_displayed()
+    finally:
+        browser.quit()
