@@ -28,7 +28,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def url(checkpoint):
     with running_server("--no-ray", "--model", str(checkpoint), "--model", str(demo_model_dir()),
-                        "--max-new-tokens", str(MAX_NEW_TOKENS), timeout=120) as server:
+                        "--max-new-tokens", str(MAX_NEW_TOKENS), timeout=300) as server:
         yield server.url
 
 
@@ -137,3 +137,19 @@ def test_the_page_s_speech_view_shows_the_subtitles(url, audio):
         assert browser.find_element("id", "subtitles-download").is_displayed()
     finally:
         browser.quit()
+
+
+def test_native_subtitles_in_another_language_keep_the_timings(url, audio, oracle):
+    """Each cue's text translated by the served translation model (the demo model, named by its folder), as
+    /v1/translate translates it; the cues' timings the transcript's."""
+    answer = httpx.post(url + "/v1/transcribe", data={"language": "en", "format": "srt", "target_lang": "fr",
+                                                      "translation_model": "checkpoint"},
+                        files={"file": ("speech.flac", audio.read_bytes())}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    cues = [cue.split("\n", 2) for cue in answer.text.strip("\n").split("\n\n")]
+    spoken = oracle["transcribe"].segments
+    assert [timing for _, timing, _ in cues] == [timing for _, timing, _ in
+                                                 (cue.split("\n", 2) for cue in srt(spoken).strip("\n").split("\n\n"))]
+    translated = httpx.post(url + "/v1/translate", json={"text": [s.text.strip() for s in spoken], "target_lang": "fr",
+                                                         "model": "checkpoint"}, timeout=120).json()
+    assert [text for _, _, text in cues] == [t["text"] for t in translated["translations"]]
