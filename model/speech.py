@@ -19,17 +19,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .audio.features import SAMPLE_RATE, WINDOW_FRAMES, padded_features
+from .audio.features import HOP, SAMPLE_RATE, WINDOW_FRAMES, padded_features
 from .decoding.batch_decoder import BatchDecoder
 from .decoding.search import DecodeParams, Hypothesis
 from .decoding.source import Source
 from .decoding.speech_rules import TimestampRules
 from .loading.bundle import ModelBundle, load
+from .network.audio_front import FRAMES_PER_POSITION
 from .text.languages import match_language
 
-FRAME_SECONDS = 0.01  # a feature frame
-TIMESTAMP_SECONDS = 0.02  # a timestamp token's step
-FRAMES_PER_TIMESTAMP = 2
+FRAME_SECONDS = HOP / SAMPLE_RATE  # 0.01
+TIMESTAMP_SECONDS = FRAME_SECONDS * FRAMES_PER_POSITION  # 0.02: a timestamp token per encoder position
 TASKS = ("transcribe", "translate")
 
 
@@ -171,7 +171,7 @@ def window_segments(ids: list[int], first_stamp: int,
         segments.append(((part[0] - first_stamp) * TIMESTAMP_SECONDS, (part[last] - first_stamp) * TIMESTAMP_SECONDS,
                          part))
         start = end
-    advance = frames if single_ending else (ids[start - 2] - first_stamp) * FRAMES_PER_TIMESTAMP
+    advance = frames if single_ending else (ids[start - 2] - first_stamp) * FRAMES_PER_POSITION
     return segments, advance
 
 

@@ -13,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from batch_decoding import differences
 from whisper_fixtures import build_whisper, speech
 
@@ -105,14 +106,20 @@ def test_the_hub_layout_loads_and_computes_transformers_logits(checkpoints, mode
         expected = oracle(input_features=features, decoder_input_ids=prompt).logits
         ours = bundle.network.forward(features, torch.ones(1, 1500, dtype=torch.bool), prompt)
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
-    # without tokenizer.json: vocab.json + merges.txt + added_tokens.json, as older repositories
+    # as older repositories: pytorch_model.bin holding proj_out.weight too, no tokenizer.json (vocab.json +
+    # merges.txt + added_tokens.json)
     older = tmp_path / "older"
     shutil.copytree(checkpoints["multilingual"], older)
     (older / "tokenizer.json").unlink()
-    again = load(str(older), weights=False)
+    state = load_file(older / "model.safetensors")
+    torch.save(state | {"proj_out.weight": state["model.decoder.embed_tokens.weight"]}, older / "pytorch_model.bin")
+    (older / "model.safetensors").unlink()
+    again = load(str(older))
     text = "the lazy fox, 42"
     assert again.tokenizer.encode(text) == bundle.tokenizer.encode(text)
     assert again.tokenizer.speech == bundle.tokenizer.speech
+    with torch.no_grad():
+        assert torch.equal(again.network.forward(features, torch.ones(1, 1500, dtype=torch.bool), prompt), ours)
     assert json.loads((older / "added_tokens.json").read_text())["<|notimestamps|>"] == 312
 
 
