@@ -4,6 +4,7 @@
 
 import { call } from "./api.js";
 import { fillSelect, languageName } from "./catalog.js";
+import { downloadName, offer } from "./files.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -33,11 +34,8 @@ export function setupSpeech({ catalog, report, changed }) {
       const body = await response.text();
       output.value = body;
       if (format.value !== "text") {
-        const name = file.name.replace(/\.[^.]*$/, "") + `.${target.value || "spoken"}.${format.value}`;
-        link.href = URL.createObjectURL(new Blob([body], { type: "text/plain" }));
-        link.download = name;
-        link.textContent = `Download ${name}`;
-        link.hidden = false;
+        const name = downloadName(response.headers.get("content-disposition"), file.name);
+        offer(link, new Blob([body], { type: "text/plain" }), name);
       }
       status.textContent = "Done.";
       report(null);
