@@ -153,3 +153,16 @@ def test_native_subtitles_in_another_language_keep_the_timings(url, audio, oracl
     translated = httpx.post(url + "/v1/translate", json={"text": [s.text.strip() for s in spoken], "target_lang": "fr",
                                                          "model": "checkpoint"}, timeout=120).json()
     assert [text for _, _, text in cues] == [t["text"] for t in translated["translations"]]
+
+
+def test_concurrent_files_share_the_batch_and_answer_alike(client, audio, oracle, tmp_path):
+    """Four transcriptions at once, two of them of a shorter file: their windows decode in one batch, and each
+    answer is the one it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    short = tmp_path / "short.wav"
+    short.write_bytes(audio_bytes(speech(3.0, seed=1), 16_000, ".wav"))
+    alone = transcribe(client, short).text
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda path: transcribe(client, path).text, [audio, short, audio, short]))
+    assert answers == [oracle["transcribe"].text, alone] * 2
