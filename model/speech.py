@@ -8,6 +8,9 @@ suppressed tokens, the timestamp rule); whoever decodes (the Transcriber here, a
 window's hypothesis, which gives its segments and where the next window starts. Windows of many audios therefore
 share one continuous batch. The language, when not given, is detected first from the first window, as transformers
 does: a one-step source whose only allowed tokens are the model's languages.
+
+Not here: transformers' temperature fallback (its compression-ratio and log-probability thresholds), conditioning on
+earlier windows' text and no-speech detection (all off in its defaults); temperature > 0 samples each window once.
 """
 
 from __future__ import annotations
