@@ -4,22 +4,23 @@
     Translator(bundle).translate(["Hello."], target_lang="fr")
 
 Everything outside model/ (the server, the benchmarks) enters through the names below. Its folders by job, each
-importing only those before it: text/ (languages, detection, segmentation, files: pure Python), audio/ (audio in,
-log-mel features), network/ (the Transformer), kernels/ (CPU and GPU tuning, number formats), decoding/ (searches,
-the batch decoder), loading/ (checkpoints, the Hub, one module per family); above them the uses of a loaded model
-(translator, speech, glossary, alignment, the command line). Names are imported when first used, so a process that
-needs only the text layer never imports torch.
+importing only those before it: text/ (languages, detection, segmentation, files: pure Python), audio/ (audio files
+decoded without torch, log-mel features), network/ (the Transformer), kernels/ (CPU and GPU tuning, number formats),
+decoding/ (searches, the batch decoder), loading/ (checkpoints, the Hub, one module per family); above them the uses
+of a loaded model (translator, speech, glossary, alignment, the command line). Names are imported when first used, so
+a process that needs only the text layer never imports torch.
 """
 
 import importlib
 
 _HOMES = {
     ".alignment": ["AlignmentInput", "word_alignments"],
+    ".audio.decode": ["AUDIO_FORMATS", "SAMPLE_RATE", "read_audio"],
     ".decoding.batch_decoder": ["BatchDecoder", "Encoded", "StepEvent"],
     ".glossary": ["Glossary", "UnspellableTerm", "check_terms", "term_ids", "with_glossary"],
     ".decoding.search": ["DecodeParams", "Hypothesis", "new_tokens_within"],
     ".decoding.source": ["Source"],
-    ".errors": ["CheckpointError"],
+    ".errors": ["AudioTooLarge", "AudioTooLong", "BadAudio", "CheckpointError"],
     ".kernels.cpu_memory": ["keep_freed_memory"],
     ".kernels.dtypes": ["resolve_dtype", "resolve_placement"],
     ".kernels.isa": ["instruction_sets"],

@@ -6,6 +6,11 @@ Plain dataclasses: they cross the Ray boundary cheaply and carry no HTTP or pyda
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy
+    from model import SpeechOptions
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,15 @@ class TranslationJob:
     # (source term, target term) pairs a glossary fixes: where a source term occurs in a sentence, its target term
     # appears in that sentence's translation
     glossary: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SpeechJob:
+    """Audio to transcribe (or translate into English, `options.task`): 16 kHz mono samples (front.speech decodes
+    the file), with the speech model's knobs (model.SpeechOptions)."""
+
+    samples: numpy.ndarray
+    options: SpeechOptions
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,7 @@ class ModelInfo:
     max_document_chars: int  # of one text of a translate request
     max_generate_chars: int  # of a /v1/generate text
     chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
+    speech: bool = False  # takes audio, not text: served by the audio routes only
     device: str = "cpu"  # where its weights run, and in which number format (`auto` resolved)
     dtype: str = "float32"
     kernels: str | None = None  # on a CPU: the instruction sets its kernels may use (oneDNN's rung, ATen's)

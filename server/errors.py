@@ -170,6 +170,28 @@ class TooManyTokens(InvalidRequest):
         self.knob, self.count, self.args = knob, count, (knob, count, limit)
 
 
+class TooManySeconds(InvalidRequest):
+    """Audio longer than max_audio_seconds: `seconds` as its header declares it, or (`at_least`) as far as it was
+    decoded."""
+
+    def __init__(self, seconds: float, limit: float, at_least: bool = False):
+        super().__init__(f"the audio is {'at least ' if at_least else ''}{seconds:.1f} s long; at most {limit:g} s",
+                         field="file", limit=limit)
+        self.seconds, self.at_least, self.args = seconds, at_least, (seconds, limit, at_least)
+
+
+class NotSpeechModel(InvalidRequest):
+    """Audio sent to a model that does not take it (`name`; None: no model named and none served takes audio), or
+    text to one that takes only audio; `speech` says which kind the request needed, `served` the models of that
+    kind."""
+
+    def __init__(self, name: str | None, speech: bool, served: list[str]):
+        kind = "speech" if speech else "text"
+        what = f"model {name!r} is not a {kind} model" if name else f"no {kind} model is served"
+        super().__init__(f"{what}; {kind} models: {served}", field="model", limit=served)
+        self.speech, self.args = speech, (name, speech, served)
+
+
 class SamplingNeedsOneBeam(InvalidRequest):
     """Beams asked for where the request (or the model's default) samples."""
 

@@ -32,6 +32,8 @@ class Settings:
     max_new_tokens: int = 256  # upper limit a request may ask for
     max_beams: int = 16
     max_body_bytes: int = 1_000_000
+    max_audio_bytes: int = 25 * 1024 * 1024  # one audio file (OpenAI's limit); the audio routes' body limit
+    max_audio_seconds: float = 600.0  # one audio file's duration, from its header, then as decoded
     request_timeout_s: float = 60.0
     ready_stale_s: float = 5.0  # /readyz fails when the engine loop made no progress for this long
     health_stale_s: float = 30.0  # /healthz fails when the engine loop is dead or stuck this long

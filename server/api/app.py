@@ -24,7 +24,8 @@ from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
 from ..stores import Store
-from . import deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_glossaries, openai, page
+from . import (deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_audio, native_glossaries,
+               openai, openai_audio, page)
 from .deps import AppState, served
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
@@ -33,7 +34,15 @@ from .resending import Resending
 log = logging.getLogger(__name__)
 
 DISTRIBUTION = "seq2seq-serve"  # pyproject.toml's name: its version there is the only one written
-STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, NATIVE)  # the first that owns a path renders its errors
+# the first that owns a path renders its errors
+STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, openai_audio.STYLE, NATIVE)
+AUDIO_PATHS = openai_audio.PATHS | native_audio.PATHS
+FORM_BYTES = 64 * 1024  # an audio form's fields and multipart framing, beside its file
+
+
+def body_limit(settings: Settings, path: str) -> int:
+    """A request's body limit: an audio route's file and its form fields, or max_body_bytes."""
+    return settings.max_audio_bytes + FORM_BYTES if path in AUDIO_PATHS else settings.max_body_bytes
 
 
 def render(path: str, error: ServerError, names: Names = Names()) -> Response:
@@ -62,7 +71,7 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: Store[Key
     jobs = DocumentJobs(document_store or DocumentStore(settings.documents_path), provider, keys, settings)
     app.state.served = AppState(provider, settings, keys, Downloads(settings.max_downloads, settings.download_ttl_s),
                                 glossaries, jobs)
-    app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes, render=render)
+    app.add_middleware(BodyGuard, max_bytes=lambda path: body_limit(settings, path), render=render)
     app.add_middleware(RequestMetrics, paths=lambda: paths)
     app.add_middleware(ScopedCORS, owns=libretranslate.owns)  # outermost: its errors' answers get CORS too
     app.add_exception_handler(ServerError, server_error)
@@ -82,7 +91,7 @@ def routers(settings: Settings, guarded: bool) -> list[APIRouter]:
     """Every API's routes, in the order they are matched; `guarded`: the native ones ask for the caller's key first
     (keys or limits configured)."""
     return [native.router(settings, guarded), native_glossaries.router(guarded), libretranslate.router, deepl.router,
-            deepl_glossaries.router, deepl_documents.router, openai.router, OPERATIONS,
+            deepl_glossaries.router, deepl_documents.router, openai.router, openai_audio.router, OPERATIONS,
             *([page.router()] if settings.ui else [])]
 
 

@@ -17,27 +17,28 @@ from .errors import route_path
 
 class BodyGuard:
     """Reads request bodies up to a byte limit (413) and rejects invalid UTF-8 (400, except in multipart bodies,
-    which carry files) before any parsing; the app then receives the buffered body. `render` writes an error in the
-    shape of the API that owns the request's path."""
+    which carry files) before any parsing; the app then receives the buffered body. `max_bytes(path)`: the limit of
+    a request's path (audio routes take larger files); `render` writes an error in the shape of the API that owns
+    the request's path."""
 
-    def __init__(self, app, max_bytes: int, render: Callable[[str, ServerError], Response]):
+    def __init__(self, app, max_bytes: Callable[[str], int], render: Callable[[str, ServerError], Response]):
         self.app, self.max_bytes, self.render = app, max_bytes, render
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        chunks, size = [], 0
+        chunks, size, limit = [], 0, self.max_bytes(route_path(scope))
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self.render(route_path(scope), self._too_large())(scope, receive, send)
+        if declared and declared.isdigit() and int(declared) > limit:
+            return await self.render(route_path(scope), self._too_large(limit))(scope, receive, send)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.max_bytes:
-                return await self.render(route_path(scope), self._too_large())(scope, receive, send)
+            if size > limit:
+                return await self.render(route_path(scope), self._too_large(limit))(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
@@ -58,8 +59,9 @@ class BodyGuard:
 
         await self.app(scope, replay, send)
 
-    def _too_large(self) -> BodyTooLarge:
-        return BodyTooLarge(f"the body is larger than {self.max_bytes} bytes", field="body", limit=self.max_bytes)
+    @staticmethod
+    def _too_large(limit: int) -> BodyTooLarge:
+        return BodyTooLarge(f"the body is larger than {limit} bytes", field="body", limit=limit)
 
 
 class RequestMetrics:

@@ -17,7 +17,7 @@ from ..front import dispatch, generation
 from ..front.access import characters
 from ..glossary_entries import Entries
 from ..settings import Settings
-from . import native_documents
+from . import native_audio, native_documents
 from .deps import authorize, caller, served
 from .errors import naming
 from .native_glossaries import job_glossary, json_object
@@ -70,7 +70,7 @@ def model_card(info: ModelInfo, created: int) -> ModelCard:
         id=info.id, created=created, family=info.family, languages=[lang.code for lang in info.target_languages],
         source_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.source_languages],
         target_languages=[Language(code=lang.code, iso=lang.iso) for lang in info.target_languages],
-        default_beam_size=info.default_beam_size, device=info.device, dtype=info.dtype, kernels=info.kernels,
+        default_beam_size=info.default_beam_size, speech=info.speech, device=info.device, dtype=info.dtype, kernels=info.kernels,
         replicas=info.replicas,
         limits=ModelLimits(max_texts=info.max_texts, max_input_tokens=info.max_input_tokens,
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams,
@@ -180,6 +180,7 @@ def router(settings: Settings, guarded: bool) -> APIRouter:
                                                                     "glossary_id", "glossary"),
                          responses={200: {"content": {"application/octet-stream": {}}}})
     native_documents.add_routes(routes)
+    native_audio.add_routes(routes)
     routes.add_api_route("/v1/generate", resendable(with_body(generate, GenerateBody)), methods=["POST"],
                          response_model=GenerateResponse, responses={200: {"content": {"text/event-stream": {}}}})
     routes.add_api_route("/v1/models", models, methods=["GET"], response_model=ModelList)

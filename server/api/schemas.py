@@ -165,6 +165,7 @@ class ModelCard(BaseModel):
     source_languages: list[Language]
     target_languages: list[Language]
     default_beam_size: int
+    speech: bool = Field(False, description="a speech model: it takes audio (/v1/audio/*, /v1/transcribe), not text")
     device: str = Field(description="where the model runs: cpu or cuda")
     dtype: str = Field(description="the number format its weights run in (float32, bfloat16, float16, int8)")
     kernels: str | None = Field(None, description="on a CPU, the instruction sets its kernels may use: oneDNN's "

@@ -62,17 +62,20 @@ class EngineHandle:
         self.mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
 
     def submit(self, sources: list[tuple[list[int], DecodeParams]], request_id: int | None = None,
-               stream: bool = True, into: asyncio.Queue | None = None) -> list[tuple[Sequence, asyncio.Queue]]:
+               stream: bool = True, into: asyncio.Queue | None = None,
+               features: list | None = None) -> list[tuple[Sequence, asyncio.Queue]]:
         """Queue one sequence per (source ids, params) (all or none: QueueFull); each gets a queue of its own (or
         all post into `into`) that receives (sequence, output) pairs: every new token when `stream`, then the
         final output. The sequences form one request (the scheduler shares rows between requests): a new one, or
-        `request_id` when a request submits more later."""
+        `request_id` when a request submits more later. `features`: per source, an audio window's (model.Source's)
+        or None."""
         loop = asyncio.get_running_loop()
         mailbox = self.mailboxes.get(loop) or self.mailboxes.setdefault(loop, Mailbox(loop))
         out = []
-        for ids, params in sources:
+        for (ids, params), window in zip(sources, features or [None] * len(sources)):
             own: asyncio.Queue[tuple[Sequence, Output]] = into or asyncio.Queue()
-            sequence = Sequence(ids, params, None, request_id=request_id, stream=stream)  # deliver: set below
+            sequence = Sequence(ids, params, None, request_id=request_id, stream=stream,  # deliver: set below
+                                features=window)
             sequence.deliver = partial(mailbox.post, own, sequence)
             request_id = sequence.request_id  # the first one's id when none was given
             out.append((sequence, own))

@@ -24,8 +24,8 @@ async def decode_all(engine: EngineHandle, sources: list[Source], params: Decode
         while next_source < len(sources) or unfinished:
             batch = sources[next_source:next_source + window - len(unfinished)]
             try:
-                added = engine.submit([(s.ids, s.decode_params(params)) for s in batch],
-                                      request_id, stream=False, into=finals) if batch else []
+                added = engine.submit([(s.ids, s.decode_params(params)) for s in batch], request_id, stream=False,
+                                      into=finals, features=[s.features for s in batch]) if batch else []
             except QueueFull:
                 if not unfinished:
                     raise

@@ -47,7 +47,7 @@ def _candidates(provider: ModelProvider, model: str | None, target_lang: str | N
                 everything: bool) -> list[ModelInfo]:
     """The models a text may go to: the one named; else those translating into the target; else (no target)
     the default model when translating (`everything` False) or every model when only detecting."""
-    infos = provider.models()
+    infos = [info for info in provider.models() if not info.speech]
     if model is not None:
         return [info for info in infos if info.id == model]
     if target_lang is not None:
@@ -243,25 +243,37 @@ async def translate_file(provider: ModelProvider, parsed: ParsedFile, source_lan
                          spending: AbstractAsyncContextManager = nullcontext(), chunk_chars: int | None = None,
                          progress: Callable[[float], Awaitable[None]] | None = None,
                          glossary: tuple[tuple[str, str], ...] = ()) -> bytes:
-    """A file read by read_document, translated and written (off the event loop) in the same kind. Its texts (cues,
-    paragraphs) go as one job, whose sentences the model's engine takes a window at a time: the request's limits,
-    not max_texts, bound a file. A document job gives `chunk_chars`: its texts then go as consecutive jobs of at most
-    that many characters (within max_request_chars), each one request of the scheduler's fair share, and
-    `progress(share done, 0..1)` is awaited after each. `glossary`: the (source term, target term) pairs."""
+    """A file read by read_document, its texts translated (translate_texts) and written (off the event loop) in the
+    same kind."""
     options = TextOptions(format=parsed.format, split_sentences="1" if parsed.format == "text" else "nonewlines",
                           non_splitting_tags=parsed.non_splitting_tags, ignore_tags=parsed.ignore_tags)
-    limit = min(chunk_chars, provider.settings.max_request_chars) if chunk_chars else sum(map(len, parsed.texts))
+    translated = await translate_texts(provider, parsed.texts, source_lang, target_lang, model, options, spending,
+                                       chunk_chars, progress, glossary)
+    try:
+        return await asyncio.to_thread(parsed.write, translated)
+    except FileError as e:  # a file its library reads but cannot write back
+        raise BadBody(str(e), field="file") from None
+
+
+async def translate_texts(provider: ModelProvider, texts: Sequence[str], source_lang: str | None,
+                          target_lang: str | None, model: str | None = None, options: TextOptions = TextOptions(),
+                          spending: AbstractAsyncContextManager = nullcontext(), chunk_chars: int | None = None,
+                          progress: Callable[[float], Awaitable[None]] | None = None,
+                          glossary: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """A file's texts (cues, paragraphs) translated as one job, whose sentences the model's engine takes a window at
+    a time: the request's limits, not max_texts, bound a file. A document job gives `chunk_chars`: its texts then go
+    as consecutive jobs of at most that many characters (within max_request_chars), each one request of the
+    scheduler's fair share, and `progress(share done, 0..1)` is awaited after each. `glossary`: the (source term,
+    target term) pairs."""
+    limit = min(chunk_chars, provider.settings.max_request_chars) if chunk_chars else sum(map(len, texts))
     translated: list[str] = []
     async with spending:
-        for part in chunks(parsed.texts, limit):
-            job = TranslationJob(texts=tuple(parsed.texts[i] for i in part), fields=_file_fields(part),
+        for part in chunks(texts, limit):
+            job = TranslationJob(texts=tuple(texts[i] for i in part), fields=_file_fields(part),
                                  source_lang=source_lang, target_lang=target_lang, text_options=options,
                                  glossary=glossary)
             result = await _translate(provider, job, model, False, nullcontext())
             translated += [t.text for t in result.texts]
             if progress is not None:
-                await progress(sum(map(len, parsed.texts[:part.stop])) / sum(map(len, parsed.texts)))
-    try:
-        return await asyncio.to_thread(parsed.write, translated)
-    except FileError as e:  # a file its library reads but cannot write back
-        raise BadBody(str(e), field="file") from None
+                await progress(sum(map(len, texts[:part.stop])) / sum(map(len, texts)))
+    return translated

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from ..domain import (GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob,
+from model import Segment, Transcript
+
+from ..domain import (GenerationJob, GenerationResult, ModelInfo, SpeechJob, StreamEvent, TranslationJob,
                       TranslationResult)
 from ..settings import Settings
 
@@ -20,13 +22,16 @@ class ServedModel(Protocol):
 
     def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]: ...
 
+    def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]: ...
+
 
 class ModelProvider(Protocol):
     settings: Settings
 
-    async def get(self, name: str | None, source_lang: str | None = None,
-                  target_lang: str | None = None) -> ServedModel:
-        """The model named, else the one the language pair resolves to (registry.ModelRegistry.resolve)."""
+    async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None,
+                  speech: bool = False) -> ServedModel:
+        """The model named, else the one the language pair resolves to, of the kind asked for (a `speech` model
+        takes audio): registry.ModelRegistry.resolve."""
 
     def models(self) -> list[ModelInfo]: ...
 

@@ -13,7 +13,7 @@ from model import (CheckpointError, demo_model_dir, instruction_sets, is_repo_id
                    resolve_placement)
 
 from ..domain import LanguageInfo, ModelInfo
-from ..errors import UnknownModel
+from ..errors import NotSpeechModel, UnknownModel
 from ..settings import Settings
 from .language_support import serves
 
@@ -30,6 +30,7 @@ class ModelEntry:
     default_beams: int
     max_positions: int
     chat_template: str | None = None
+    speech: bool = False  # takes audio (model.SpeechWindows), not text
 
     @property
     def pairs(self) -> int:
@@ -45,7 +46,8 @@ def describe(name: str, path: Path | str) -> ModelEntry:
     bundle = load(path, weights=False)
     langs = bundle.languages
     return ModelEntry(name, str(path), bundle.family, tuple(langs.source), tuple(langs.target),
-                      bundle.generation.num_beams, bundle.max_positions, bundle.chat_template)
+                      bundle.generation.num_beams, bundle.max_positions, bundle.chat_template,
+                      speech=bundle.config.num_mel_bins is not None)
 
 
 def model_limits(settings: Settings, max_positions: int) -> Settings:
@@ -64,7 +66,7 @@ def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
         default_beam_size=entry.default_beams, max_texts=limits.max_texts, max_input_tokens=limits.max_input_tokens,
         max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, max_request_chars=limits.max_request_chars,
         max_document_chars=limits.max_document_chars, max_generate_chars=limits.max_generate_chars,
-        chat_template=entry.chat_template,
+        chat_template=entry.chat_template, speech=entry.speech,
         device=device, dtype=dtype, kernels=instruction_sets() if device == "cpu" else None)
 
 
@@ -73,7 +75,6 @@ class ModelRegistry:
         if not entries:
             raise ValueError("no models to serve")
         self.entries = {e.name: e for e in entries}
-        self.default = entries[0].name
 
     @classmethod
     def from_paths(cls, paths: list[str] | None) -> "ModelRegistry":
@@ -96,17 +97,24 @@ class ModelRegistry:
                                       f"(ORG/NAME[@REVISION])")
         return cls(entries)
 
-    def resolve(self, model: str | None, source_lang: str | None = None, target_lang: str | None = None) -> str:
-        """The model to use: the one named; else, of the models that translate source_lang → target_lang, the
-        most specific (a bilingual model over a many-to-many one; first registered on a tie); else the default
-        (which then reports what it supports)."""
+    def resolve(self, model: str | None, source_lang: str | None = None, target_lang: str | None = None,
+                speech: bool = False) -> str:
+        """The model to use, of the kind the request needs (`speech`: one that takes audio; else text): the one
+        named; else, of the models that translate source_lang → target_lang, the most specific (a bilingual model
+        over a many-to-many one; first registered on a tie); else the first of its kind (which then reports what it
+        supports). NotSpeechModel for a model of the other kind, or none of the kind served."""
+        kind = [e for e in self.entries.values() if e.speech == speech]
         if model is not None:
             if model not in self.entries:
                 raise UnknownModel(f"model {model!r} is not served here; available: {', '.join(self.entries)}",
                                    field="model", limit=list(self.entries))
+            if self.entries[model].speech != speech:
+                raise NotSpeechModel(model, speech, [e.name for e in kind])
             return model
+        if not kind:
+            raise NotSpeechModel(None, speech, [])
         if target_lang is not None:
-            serving = [e for e in self.entries.values() if e.serves(source_lang, target_lang)]
+            serving = [e for e in kind if e.serves(source_lang, target_lang)]
             if serving:
                 return min(serving, key=lambda e: e.pairs).name
-        return self.default
+        return kind[0].name

@@ -58,7 +58,7 @@ class ServedLanguages:
 
     @classmethod
     def of(cls, provider: ModelProvider) -> "ServedLanguages":
-        return cls(tuple(provider.models()))
+        return cls(tuple(info for info in provider.models() if not info.speech))
 
     @property
     def sources(self) -> list[str]:

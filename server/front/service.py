@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from model import (AlignmentInput, DecodeParams, Glossary, Hypothesis, MarkupError, ModelBundle, PreparedText,
-                   PreparedTexts, Source, UnspellableTerm, UnsupportedLanguage, WordTooLong, iso_code, prepare,
-                   with_glossary)
+                   PreparedTexts, Segment, Source, SpeechWindows, Transcript, UnspellableTerm, UnsupportedLanguage,
+                   WordTooLong, iso_code, prepare, with_glossary)
 
-from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, StreamEvent, TextOptions,
+from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText, SpeechJob, StreamEvent, TextOptions,
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
@@ -99,7 +99,7 @@ class HeldModel:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 finals = await decode_all(self.engine, sources, params, window=2 * self.settings.max_batch_rows)
         except TimeoutError:
-            raise self._timed_out() from None
+            raise self.timed_out() from None
         alignments = await self._alignments(prepared, sources, finals)
         rendered = prepared.render([self.bundle.decode(h[0].token_ids) for h in finals], alignments)
         texts = [self._translated(text, hyps) for text, hyps in zip(rendered, prepared.per_text(finals))]
@@ -187,7 +187,7 @@ class HeldModel:
                     async with asyncio.timeout_at(deadline):
                         output = await anext(outputs)
                 except TimeoutError:
-                    raise self._timed_out() from None
+                    raise self.timed_out() from None
                 if isinstance(output, ErrorOutput):
                     raise output.error
                 if isinstance(output, TokenOutput):
@@ -207,9 +207,46 @@ class HeldModel:
         finally:
             await outputs.aclose()
 
-    def _timed_out(self) -> RequestTimeout:
+    def timed_out(self) -> RequestTimeout:
         limit = self.settings.request_timeout_s
         return RequestTimeout(f"the request took longer than {limit} s", limit=limit)
+
+    # ---- speech ------------------------------------------------------------------------------------------
+    async def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
+        """Each segment as its 30-s window is decoded, then the Transcript (front.speech is speech's door). The
+        windows go one after the other, each one sequence of the running batch, within the request's deadline
+        (timed around each await, not across the yields, as generate_events)."""
+        try:
+            windows = SpeechWindows(self.bundle, job.samples, job.options)
+        except UnsupportedLanguage as e:
+            raise InvalidRequest(f"{e} (model {self.name!r})", field="language", limit=list(e.supported)) from None
+        except ValueError as e:  # a task the model lacks (an English-only model translating), ...
+            raise InvalidRequest(f"{e} (model {self.name!r})", field="task") from None
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    source = await asyncio.to_thread(windows.next_source)  # log-mel features: torch, off the loop
+                    if source is None:
+                        break
+                    params = self._window_params(windows.decode_params())
+                    [hypotheses] = await decode_all(self.engine, [source], params, window=1)
+            except TimeoutError:
+                raise self.timed_out() from None
+            for segment in windows.take(hypotheses[0]):
+                yield segment
+        yield windows.transcript()
+
+    def _window_params(self, params: DecodeParams) -> DecodeParams:
+        """A window's params within the decoder's max_new_tokens positions (prompt and window together), as every
+        sequence's: the window's tokens are cut to fit (Whisper's own decoding stops a window at 224), a prompt
+        that leaves no room is a 422."""
+        room = self.settings.max_new_tokens - params.prompt_steps
+        if room < 1:
+            raise InvalidRequest(f"prompt: the decoder prompt takes {params.prompt_steps} of the "
+                                 f"{self.settings.max_new_tokens} positions a window has (max_new_tokens)",
+                                 field="prompt", limit=self.settings.max_new_tokens)
+        return replace(params, max_new_tokens=min(params.max_new_tokens, room))
 
     async def generate(self, job: GenerationJob) -> GenerationResult:
         text, last = "", None

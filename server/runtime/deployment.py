@@ -31,10 +31,12 @@ from ray import serve
 from ray.serve import metrics as ray_metrics
 from ray.serve.handle import DeploymentHandle
 
+from model import Segment, Transcript
+
 from .. import metrics
 from ..api import create_app
 from ..document_store import DocumentStore
-from ..domain import GenerationJob, GenerationResult, StreamEvent, TranslationJob, TranslationResult
+from ..domain import GenerationJob, GenerationResult, SpeechJob, StreamEvent, TranslationJob, TranslationResult
 from ..errors import QueueFull
 from ..front import HeldModel, ModelRegistry
 from ..glossary_store import GlossaryStore
@@ -154,6 +156,10 @@ class Seq2SeqServer:
 
     async def generate_stream(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
         async for event in (await self.service()).generate_events(job):
+            yield event
+
+    async def transcribe_stream(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
+        async for event in (await self.service()).transcribe_events(job):
             yield event
 
     # ---- health and operations ----------------------------------------------------------------------------

@@ -139,8 +139,8 @@ class Relay:
         kind = message[0]
         if kind == "submit":
             added = [Sequence(ids, params, partial(self.deliver, id), id=id, request_id=request_id, stream=stream,
-                              arrived_at=arrived_at)
-                     for id, request_id, ids, params, stream, arrived_at in message[1]]
+                              arrived_at=arrived_at, features=features)
+                     for id, request_id, ids, params, stream, arrived_at, features in message[1]]
             self.engine_loop.add(added)
         elif kind == "cancel":
             self.cancel(message[1])

@@ -88,8 +88,8 @@ class EngineProcess(EngineHandle):
     def add(self, sequences: list[Sequence]) -> None:
         with self.lock:  # self.queued: the count of the engine process the sequences go to
             self.queued.take(len(sequences), self.settings.max_waiting_sequences)
-            if not self._send(("submit", [(s.id, s.request_id, s.source_ids, s.params, s.stream, s.arrived_at)
-                                          for s in sequences])):
+            if not self._send(("submit", [(s.id, s.request_id, s.source_ids, s.params, s.stream, s.arrived_at,
+                                           s.features) for s in sequences])):
                 self.queued.give_back(len(sequences))
                 raise EngineFailed("the engine process is restarting; retry shortly")
             self.unfinished.update((s.id, s) for s in sequences)

@@ -14,7 +14,10 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from ..domain import GenerationJob, GenerationResult, ModelInfo, StreamEvent, TranslationJob, TranslationResult
+from model import Segment, Transcript
+
+from ..domain import (GenerationJob, GenerationResult, ModelInfo, SpeechJob, StreamEvent, TranslationJob,
+                      TranslationResult)
 from ..errors import QueueFull, ServerError
 from ..front import HeldModel
 from ..front.streams import opened
@@ -65,17 +68,25 @@ class RemoteModel:
                 return await self.handle.dispatch(replica, job)
         return await getattr(await self.local(self.name), method)(job)
 
-    async def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+    def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
+        return self._events("generate_stream", "generate_events", job)
+
+    def transcribe_events(self, job: SpeechJob) -> AsyncIterator[Segment | Transcript]:
+        return self._events("transcribe_stream", "transcribe_events", job)
+
+    async def _events(self, method: str, held_method: str, job) -> AsyncIterator:
+        """The events of Seq2SeqServer's streaming `method` (HeldModel's `held_method` when served here)."""
         arrived = asyncio.get_running_loop().time()
-        events = await once_more_if_lost(lambda _: opened(self._events_once(job)), self.timeout_s, arrived)
+        events = await once_more_if_lost(lambda _: opened(self._events_once(method, held_method, job)),
+                                         self.timeout_s, arrived)
         try:
             async for event in events:
                 yield event
         finally:
             await events.aclose()
 
-    async def _events_once(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
-        async with self._route("generate_stream", job, stream=True) as replica:
+    async def _events_once(self, method: str, held_method: str, job) -> AsyncIterator:
+        async with self._route(method, job, stream=True) as replica:
             if replica is not None:
                 stream = self.handle.dispatch(replica, job)
                 try:
@@ -84,7 +95,7 @@ class RemoteModel:
                 finally:
                     stream.cancel()
                 return
-        async for event in (await self.local(self.name)).generate_events(job):
+        async for event in getattr(await self.local(self.name), held_method)(job):
             yield event
 
     @asynccontextmanager
@@ -107,8 +118,9 @@ class ReplicaModels(RegisteredModels):
         self.server = server
         self.handle: DeploymentHandle | None = None  # to this deployment, made at the first forwarded request
 
-    async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None):
-        name = self.registry.resolve(name, source_lang, target_lang)
+    async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None,
+                  speech: bool = False):
+        name = self.registry.resolve(name, source_lang, target_lang, speech)
         if name in self.server.loaded:
             return await self.local(name)
         if self.handle is None:

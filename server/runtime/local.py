@@ -68,9 +68,9 @@ class LocalModels(RegisteredModels):
         super().__init__(settings, registry)
         self.services = {name: load_service(entry, settings) for name, entry in registry.entries.items()}
 
-    async def get(self, name: str | None, source_lang: str | None = None,
-                  target_lang: str | None = None) -> HeldModel:
-        return self.services[self.registry.resolve(name, source_lang, target_lang)]
+    async def get(self, name: str | None, source_lang: str | None = None, target_lang: str | None = None,
+                  speech: bool = False) -> HeldModel:
+        return self.services[self.registry.resolve(name, source_lang, target_lang, speech)]
 
     async def health(self, stale_after_s: float) -> tuple[bool, str]:
         return services_health(list(self.services.values()), stale_after_s)

@@ -37,6 +37,13 @@ def test_the_text_layer_imports_no_torch():
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
 
+def test_audio_decoding_imports_no_torch():
+    """The HTTP side decodes uploads before any model is involved."""
+    check = "import sys, model; model.read_audio; model.BadAudio; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
 def test_the_package_surface_names_resolve():
     import model
     assert all(getattr(model, name) is not None for name in model.__all__)

@@ -5,11 +5,12 @@ import { apiKey, describe } from "./api.js";
 import { Catalog, fillSelect, languageName } from "./catalog.js";
 import { setupFiles } from "./files.js";
 import { setupGenerate } from "./generate.js";
+import { setupSpeech } from "./speech.js";
 import { restore, save } from "./state.js";
 import { setupText } from "./text.js";
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = ["text", "files", "generate"];
+const VIEWS = ["text", "files", "generate", "speech"];
 let view = "text";
 let views = null; // each view's run(), once the models are known
 
@@ -30,7 +31,7 @@ function show(name) {
     if (each === view) $(`tab-${each}`).setAttribute("aria-current", "page");
     else $(`tab-${each}`).removeAttribute("aria-current");
   }
-  $("languages").hidden = view === "generate";
+  $("languages").hidden = view === "generate" || view === "speech";
   save(view);
 }
 
@@ -50,7 +51,8 @@ async function start() {
   $("target").value = catalog.models[0].target_languages[0]?.iso ?? $("target").value;
   const changed = () => save(view);
   const initial = restore(view); // before the views read the controls; again once dependent pickers are filled
-  views = { text: setupText({ catalog, report, changed }), generate: setupGenerate({ catalog, report, changed }) };
+  views = { text: setupText({ catalog, report, changed }), generate: setupGenerate({ catalog, report, changed }),
+            speech: setupSpeech({ catalog, report, changed }) };
   setupFiles({ report });
   restore(view);
   show(initial);

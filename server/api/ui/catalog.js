@@ -17,8 +17,10 @@ const codeOf = (language) => language.iso ?? language.code;
 const has = (languages, code) => languages.some((language) => codeOf(language) === code);
 
 export class Catalog {
+  // `models`: the text models, which the text, files and generate views use; `speech`: the speech models.
   constructor(models) {
-    this.models = models;
+    this.models = models.filter((m) => !m.speech);
+    this.speech = models.filter((m) => m.speech);
   }
 
   static async load() {

@@ -8,9 +8,17 @@ const POLL_MS = 500;
 
 const $ = (id) => document.getElementById(id);
 
-function downloadName(disposition, fallback) {
+export function downloadName(disposition, fallback) {
   const match = /filename\*=UTF-8''([^;]+)/i.exec(disposition ?? "");
   return match ? decodeURIComponent(match[1]) : fallback;
+}
+
+// `link` made to save `blob` as `name` (the object URL it held before is the caller's to revoke).
+export function offer(link, blob, name) {
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.textContent = `Download ${name}`;
+  link.hidden = false;
 }
 
 function submit(form, progress) {
@@ -70,11 +78,7 @@ export function setupFiles({ report }) {
     $("translate-file").disabled = true;
     try {
       const response = await finished(await submit(form, progress), progress);
-      const name = downloadName(response.headers.get("content-disposition"), file.name);
-      link.href = URL.createObjectURL(await response.blob());
-      link.download = name;
-      link.textContent = `Download ${name}`;
-      link.hidden = false;
+      offer(link, await response.blob(), downloadName(response.headers.get("content-disposition"), file.name));
       status.textContent = "Translated.";
       report(null);
     } catch (error) {

@@ -1,0 +1,86 @@
+"""The native API's speech route: `POST /v1/transcribe` (multipart: `file`, `model`?, `language`?, `task`?
+transcribe | translate (into English, the speech model's own), `prompt`?, `target_lang`? with `translation_model`?,
+`format`? json | text | srt | vtt) → the transcript, or subtitles; with `target_lang` its segments are translated by
+the served translation models, their timings kept. Errors in the native shape, as every /v1 route's."""
+
+# No `from __future__ import annotations`: FastAPI reads the handlers' annotations as objects.
+from pathlib import PurePath
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel
+
+from model import SpeechOptions
+
+from ..domain import SpeechJob
+from ..errors import InvalidRequest
+from ..front import speech
+from ..front.access import characters
+from ..front.subtitles import SUBTITLE_FORMATS, cue_text, subtitles
+from .deps import caller, served
+from .native_documents import file_form, form_schema
+from .streaming import attachment, until_disconnect
+
+PATHS = frozenset({"/v1/transcribe"})
+FIELDS = ("model", "language", "task", "prompt", "target_lang", "translation_model", "format")
+FORMATS = ("json", "text", *SUBTITLE_FORMATS)
+TASKS = ("transcribe", "translate")
+MEDIA = {"srt": "application/x-subrip", "vtt": "text/vtt"}
+
+
+class TimedText(BaseModel):
+    start: float  # seconds
+    end: float
+    text: str
+
+
+class TranscribeResponse(BaseModel):
+    model: str  # the speech model
+    language: str  # the spoken language (the speech model's code)
+    duration: float  # seconds of audio
+    text: str  # in target_lang when one was given
+    segments: list[TimedText]
+    target_lang: str | None = None
+
+
+def choice(fields: dict, name: str, allowed: tuple[str, ...]) -> str:
+    value = fields[name] or allowed[0]
+    if value not in allowed:
+        raise InvalidRequest(f"{name}: {value!r} is not one of {', '.join(allowed)}", field=name, limit=list(allowed))
+    return value
+
+
+async def transcribe(request: Request):
+    """Speech → its transcript (json, text) or subtitles (srt, vtt), in its language or in `target_lang`."""
+    state = served(request)
+    upload, fields = await file_form(request, FIELDS, lengths={"prompt": 2_000})
+    kind, task = choice(fields, "format", FORMATS), choice(fields, "task", TASKS)
+    samples = await speech.read(state.provider, await upload.read())
+    options = SpeechOptions(task=task, language=fields["language"], prompt=fields["prompt"])  # timestamps: always
+
+    async def work():
+        transcription = await speech.transcribe(state.provider, SpeechJob(samples, options), fields["model"])
+        transcript = await speech.transcript(transcription.events)
+        segments, target = transcript.segments, fields["target_lang"]
+        if target:
+            texts = [cue_text(segment.text) for segment in segments]
+            segments = await speech.translated(state.provider, transcript, target, fields["translation_model"],
+                                               spending=state.keys.spending(caller(request), characters(texts)))
+        text = " ".join(cue_text(s.text) for s in segments) if target else transcript.text
+        if kind in SUBTITLE_FORMATS:
+            name = f"{PurePath(upload.filename or 'speech').stem}.{target or transcript.language}.{kind}"
+            return attachment(subtitles(segments, kind).encode("utf-8"), name, MEDIA[kind])
+        if kind == "text":
+            return PlainTextResponse(text)
+        return TranscribeResponse(
+            model=transcription.model, language=transcript.language, duration=transcript.duration, text=text,
+            segments=[TimedText(start=s.start, end=s.end, text=cue_text(s.text)) for s in segments],
+            target_lang=target)
+
+    return await until_disconnect(request, work())
+
+
+def add_routes(routes: APIRouter) -> None:
+    routes.add_api_route("/v1/transcribe", transcribe, methods=["POST"], response_model=TranscribeResponse,
+                         response_model_exclude_none=True, openapi_extra=form_schema(*FIELDS),
+                         responses={200: {"content": {"text/plain": {}, **{m: {} for m in MEDIA.values()}}}})

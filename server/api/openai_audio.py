@@ -1,0 +1,150 @@
+"""OpenAI's audio API over the front's speech door (front.speech): `POST /v1/audio/transcriptions` and
+`/v1/audio/translations` (into English, the speech model's own translate task), multipart as the official client
+sends them: `file`, `model`, `language` (transcriptions), `prompt`, `temperature`, `response_format` (json, text,
+srt, vtt, verbose_json), `timestamp_granularities[]` (segment; word is refused: no word timings are computed) and
+`stream` (json and text: `transcript.text.delta` events, one a segment, then `transcript.text.done`).
+
+`model` names a served speech model; OpenAI's own name `whisper-1`, when no model has that name, is the first one.
+Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`, as the completions' (openai.STYLE's table).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import AsyncIterator, Literal
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
+
+from model import Segment, SpeechOptions, Transcript
+
+from ..domain import SpeechJob
+from ..errors import InvalidRequest, ServerError
+from ..front import speech
+from ..front.served_languages import language_name
+from ..front.subtitles import SUBTITLE_FORMATS, subtitles
+from . import openai
+from .deps import caller_of, served
+from .errors import ErrorStyle, openai_body
+from .reading import read_params, validated
+from .streaming import event_response, sse, until_disconnect
+
+PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+OPENAI_MODEL = "whisper-1"  # what OpenAI's clients and the tools on them send
+
+
+def owns(path: str) -> bool:
+    return path in PATHS
+
+
+STYLE = ErrorStyle(openai_body, owns, openai.STYLE.table)
+router = STYLE.router()
+
+
+class AudioRequest(BaseModel):
+    """The form's fields besides `file` (unknown fields, such as `include[]`, are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1, max_length=200)
+    language: str | None = Field(None, max_length=32)
+    prompt: str | None = Field(None, max_length=2_000)
+    temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    response_format: Literal["json", "text", "srt", "vtt", "verbose_json"] = "json"
+    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list, max_length=2)
+    stream: bool = False
+
+
+@router.post("/v1/audio/transcriptions")
+async def transcriptions(request: Request):
+    return await answer(request, "transcribe")
+
+
+@router.post("/v1/audio/translations")
+async def translations(request: Request):
+    return await answer(request, "translate")
+
+
+async def answer(request: Request, task: str):
+    state = served(request)
+    await caller_of(request, openai.BEARER, work=True)
+    upload, body = await read(request)
+    samples = await speech.read(state.provider, await upload.read())
+    # OpenAI's translations take no language: the spoken one is detected. Timestamps in every format, as Whisper's
+    # own transcribe decodes, so that json's text is verbose_json's.
+    options = SpeechOptions(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt,
+                            temperature=body.temperature)
+    job, model = SpeechJob(samples, options), speech_model(request, body.model)
+    if body.stream:
+        return event_response(deltas((await speech.transcribe(state.provider, job, model)).events))
+
+    async def work():
+        transcript = await speech.transcript((await speech.transcribe(state.provider, job, model)).events)
+        return response(transcript, body, task)
+
+    return await until_disconnect(request, work())
+
+
+def speech_model(request: Request, name: str) -> str | None:
+    """The model named; OpenAI's `whisper-1`, where no served model has that name, is the first speech model
+    (None)."""
+    served_names = {info.id for info in served(request).provider.models()}
+    return None if name == OPENAI_MODEL and name not in served_names else name
+
+
+async def read(request: Request) -> tuple[UploadFile, AudioRequest]:
+    params = await read_params(request)
+    upload = params.first("file")
+    if not isinstance(upload, UploadFile):
+        raise InvalidRequest("file: a multipart file field is required", field="file")
+    data = {name: params.first(name) for name in params.values if name != "file"}
+    data["timestamp_granularities"] = params.many("timestamp_granularities[]") + params.many("timestamp_granularities")
+    body = validated(AudioRequest, data, lambda name: f"{name}: a required parameter is missing",
+                     lambda name, why: f"{name}: {why}")
+    if "word" in body.timestamp_granularities:
+        raise InvalidRequest("timestamp_granularities[]: word timestamps are not supported by this server (segments "
+                             "are)", field="timestamp_granularities[]")
+    if body.stream and body.response_format not in ("json", "text"):
+        raise InvalidRequest(f"stream: not with response_format {body.response_format!r} (json or text)",
+                             field="stream")
+    return upload, body
+
+
+def response(transcript: Transcript, body: AudioRequest, task: str):
+    usage = {"type": "duration", "seconds": transcript.duration}
+    if body.response_format == "json":
+        return JSONResponse({"text": transcript.text, **({"usage": usage} if task == "transcribe" else {})})
+    if body.response_format == "text":
+        return PlainTextResponse(transcript.text)
+    if body.response_format in SUBTITLE_FORMATS:
+        return PlainTextResponse(subtitles(transcript.segments, body.response_format))
+    return JSONResponse({"task": task, "language": language_name(transcript.language).lower(),
+                         "duration": transcript.duration, "text": transcript.text,
+                         "segments": [segment_json(i, s, body.temperature) for i, s in enumerate(transcript.segments)],
+                         "usage": usage})
+
+
+def segment_json(index: int, segment: Segment, temperature: float) -> dict:
+    """A verbose_json segment: what the decoding knows (no `seek` and no `no_speech_prob`, which it does not
+    compute); the compression ratio as Whisper's own: the text's bytes over their zlib-compressed bytes."""
+    text = segment.text.encode("utf-8")
+    return {"id": index, "start": segment.start, "end": segment.end, "text": segment.text,
+            "tokens": list(segment.token_ids), "temperature": temperature, "avg_logprob": segment.avg_logprob,
+            "compression_ratio": len(text) / len(zlib.compress(text)) if text else 0.0}
+
+
+async def deltas(events: AsyncIterator) -> AsyncIterator[str]:
+    """OpenAI's transcription events: a `transcript.text.delta` per segment, then `transcript.text.done`; an error
+    after the first is an event in OpenAI's error shape (the client raises it)."""
+    try:
+        async for event in events:
+            if isinstance(event, Segment):
+                yield sse({"type": "transcript.text.delta", "delta": event.text, "logprobs": None})
+            else:
+                yield sse({"type": "transcript.text.done", "text": event.text, "logprobs": None})
+    except ServerError as e:
+        yield sse(STYLE.payload(e))
+    finally:
+        await events.aclose()
+
