@@ -12,7 +12,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-SAMPLE_RATE = 16000
+from .decode import SAMPLE_RATE
+
 N_FFT = 400
 HOP = 160  # samples per feature frame
 WINDOW_SECONDS = 30
