@@ -13,7 +13,7 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
+from ..errors import (InvalidMarkup, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
                       TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
@@ -142,7 +142,7 @@ class HeldModel:
         except WordTooLong as e:
             raise InvalidRequest(f"{field}: {e}", field=field, limit=e.limit) from None
         except MarkupError as e:
-            raise BadBody(f"{field}: {e}", field=field) from None
+            raise InvalidMarkup(field, str(e)) from None
         except ValueError as e:  # an unknown format or split mode
             raise InvalidRequest(str(e), field=field) from None
 
