@@ -59,6 +59,9 @@ class DecodeParams:
     # words of its source term; a constraint begins only where the decoder attends to its source term most
     source_words: tuple[int, ...] = ()
     constraint_words: tuple[tuple[int, ...], ...] = ()
+    # a bit per target token (token t: byte t // 8, bit t % 8), set where it continues the word before it: a term
+    # followed by one is not placed, glued into a longer word (glossary.glued_tokens)
+    glued: bytes = b""
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

@@ -115,7 +115,9 @@ class HeldModel:
             return sources
         glossary = Glossary(pairs)
         try:
-            return [with_glossary(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
+            vocab_size = self.bundle.config.target_vocab_size
+            return [with_glossary(self.bundle.tokenizer, glossary, source, unit, vocab_size)
+                    for source, unit in zip(sources, units)]
         except UnspellableTerm as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
 
