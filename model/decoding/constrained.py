@@ -13,10 +13,11 @@ partial ones (max_new_tokens bounds the work: a constraint that cannot fit ends 
 Placement: a term should take the place of what the model would write for its source term, not stand beside it or
 in another slot. Where the request says which source words each constraint translates (DecodeParams.source_words,
 constraint_words; a term twice is two constraints), an occurrence counts as placed when its first token comes while
-the hypothesis' row attends to those words most (the alignment layer's cross-attention, as model.alignment aligns
-words), before the hypothesis attended most to them or past them (the model wrote its own translation of the term
-already: the end of the source, </s>, is a word after the last), and the token after it is </s> or comes while the
-row attends elsewhere (not the model's own translation of the term going on beside it). Banks count placed tokens
+the hypothesis' row attends to those words most, or the word after them (the alignment layer's cross-attention, as
+model.alignment aligns words; it runs a word ahead as often as not), before the hypothesis attended most to them or
+past them (the model wrote its own translation of the term already: the end of the source, </s>, is a word after the
+last), and the term stands as whole words followed by </s> or by the translation of another source word, not the
+model's own translation of the term going on beside it (Constraints._place). Banks count placed tokens
 first, and results rank hypotheses placing every term before those with a term elsewhere (still complete: a model
 whose attention never finds the source term keeps its terms).
 
@@ -97,16 +98,14 @@ class Constraints:
         is the model going on with its own word (`elf` forced for `ten`, then `ünf`; `vingt` for `nineteen`,
         then `-neuf`), and the occurrence is not placed. A token that begins a word confirms it (one more: placed)
         when it is </s> or written while the decoder attends away from the term's source words; written on them,
-        that word is excused (pending, one less), as the attention lags a word as often as it runs ahead (`tres`,
-        then ` mil` written on `forty-two`), and the next word begun away confirms it; a next word begun on the
-        term or while attending </s>, or </s> itself (nothing shows the decoder moved on to another word), is the
-        model's own translation of the term beside it (`quarante`, then ` neuf` for `thirty-nine`), and the
-        occurrence is not placed. Confirmed stays so while
-        the decoder keeps away (a token on the term after it: the same)."""
+        it is excused once (pending, one less), as the attention lags a word as often as it runs ahead (`tres`,
+        then ` mil` written on `forty-two`), and the next token written on another source word confirms it; one
+        written on the term, while attending </s>, or </s> itself (nothing shows the decoder moved on) is the
+        model's own translation of the term beside it (`quarante`, then ` neuf` for `thirty-nine`; `treinta`, then
+        ` y`), and the occurrence is not placed. Confirmed stays so while the decoder keeps away (a token on the
+        term after it: the same)."""
         spelled = len(self.sequences[i])
-        if matched == spelled + 1:  # pending: the word after the term was begun on the term's source words
-            if self.continues(token):  # that word goes on (` y` is a space, then `y`)
-                return matched
+        if matched == spelled + 1:  # pending: the token after the term was written on the term's source words
             if away and not beyond and token != self.end:
                 return spelled + 2
             return self._match(i, 0, token, may_begin)
