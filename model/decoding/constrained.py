@@ -140,13 +140,15 @@ class Constraints:
         return any(self._parts(state)[0])
 
     def _bank(self, state: State) -> tuple[int, int]:
-        """Constraint tokens met, placed (a confirmed occurrence counting two more, a pending one one more) and
-        loose: whole constraints and the furthest progress inside an unmet one."""
-        def met(part: State, extra: int) -> int:
-            done = sum(p for c, p in zip(self.sequences, part) if p == len(c) + extra)
-            return done + max((p for c, p in zip(self.sequences, part) if p < len(c) + extra), default=0)
+        """Constraint tokens met, placed and loose: whole constraints (a confirmed placed one counting one more) and
+        the furthest progress inside an unmet one (a pending one counts as spelled: a bank ahead of a term spelled
+        in its place would keep its row from that term, `quatre quatre cent` over `quatre cent quatre`)."""
         placed, loose = self._parts(state)
-        return met(placed, 2), met(loose, 0)
+        confirmed = [p == len(c) + 2 for c, p in zip(self.sequences, placed)]
+        done = sum(len(c) + 1 for c, met in zip(self.sequences, confirmed) if met)
+        progress = max((min(p, len(c)) for c, p, met in zip(self.sequences, placed, confirmed) if not met), default=0)
+        whole = sum(p for c, p in zip(self.sequences, loose) if p == len(c))
+        return done + progress, whole + max((p for c, p in zip(self.sequences, loose) if p < len(c)), default=0)
 
     def may_progress(self, state: State) -> frozenset[int] | None:
         """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a

@@ -106,7 +106,7 @@ def test_a_constraint_is_placed_where_its_source_term_is_attended_and_stands_as_
     spelled = constraints.advance((4, 0, 2, 0), 3, 0b0110)
     assert spelled == (4, 1, 2, 1) and constraints.tier(spelled) == ELSEWHERE and constraints.met(spelled)
     both = constraints.advance(spelled, end, 0)
-    assert both == (4, 3, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (7, 3)
+    assert both == (4, 3, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (5, 3)
     assert constraints.tier((2, 0, 2, 1)) == ELSEWHERE and constraints.met((2, 0, 2, 1))
     assert constraints.tier((2, 0, 2, 0)) == PARTIAL and not constraints.met((2, 0, 2, 0))
 
