@@ -4,7 +4,7 @@ the source words each translates.
     glossary = Glossary([("forty-two", "quarante-trois")])
     glossary.targets("One hundred and Forty-Two.")     # → ("quarante-trois",)
     term_ids(bundle.tokenizer, "quarante-trois")        # → (55, 7, 85): one of DecodeParams.constraints
-    with_glossary(bundle.tokenizer, glossary, source, text)  # → the Source, its constraints and their places
+    with_glossary(bundle.tokenizer, glossary, source, text, vocab_size)  # → the Source, its constraints, their places
 
 Matching is on words: a text is split into words and punctuation marks (NFKC, case-folded), so case and spacing
 do not matter, a term matches only whole words, and punctuation next to it does not hide it. The longest terms
@@ -13,6 +13,7 @@ do not matter, a term matches only whole words, and punctuation next to it does 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import replace
@@ -90,11 +91,24 @@ def check_terms(tokenizer: Tokenizer, terms: Iterable[str]) -> None:
         term_ids(tokenizer, term)
 
 
-def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str) -> Source:
+@functools.lru_cache(maxsize=8)
+def glued_tokens(tokenizer: Tokenizer, vocab_size: int) -> bytes:
+    """A bit per target token (DecodeParams.glued), set where it continues the word before it: no leading space,
+    and a letter, digit, hyphen or apostrophe first (`-neuf`, `echs`, `ünf`); computed once per vocabulary."""
+    bits = bytearray((vocab_size + 7) // 8)
+    for token, spelled in enumerate(tokenizer.token_bytes(list(range(vocab_size)))):
+        text = spelled.decode("utf-8", "replace")
+        if text and (text[0].isalnum() or text[0] in "-'’"):
+            bits[token >> 3] |= 1 << (token & 7)
+    return bytes(bits)
+
+
+def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sentence: str, vocab_size: int) -> Source:
     """`source` (the encoded `sentence`) with the target-id sequences its translation must contain under `glossary`,
     one per occurrence of a source term (a term twice is written twice), and where each may begin
     (DecodeParams.source_words, constraint_words): the words of `sentence` its source tokens spell, as
-    model.alignment counts them, and those of each occurrence's source term."""
+    model.alignment counts them, and those of each occurrence's source term; and the target tokens (of
+    `vocab_size`) that glue onto the word before them, which a term may not be followed by."""
     matches = glossary.matches(sentence)
     if not matches:
         return source
@@ -104,7 +118,7 @@ def with_glossary(tokenizer: Tokenizer, glossary: Glossary, source: Source, sent
                              for (at, to), _ in occurrences)
     return replace(source, constraints=tuple(term_ids(tokenizer, target) for _, target in occurrences),
                    source_words=_source_words(tokenizer, source, sentence, len(spans)),
-                   constraint_words=constraint_words)
+                   constraint_words=constraint_words, glued=glued_tokens(tokenizer, vocab_size))
 
 
 def _source_words(tokenizer: Tokenizer, source: Source, sentence: str, count: int) -> tuple[int, ...]:

@@ -54,7 +54,8 @@ class Translator:
         longest = max((len(s.ids) for s in prepared.values()), default=1)
         glossaries = glossary if isinstance(glossary, list) else [glossary or Glossary(())] * len(texts)
         sources = {i: with_glossary(bundle.tokenizer, glossaries[i], prepared[i],
-                                  bundle.text_target(texts[i], target_lang)[0]) for i in order}
+                                  bundle.text_target(texts[i], target_lang)[0], bundle.config.target_vocab_size)
+                   for i in order}
         jobs = {i: (sources[i].ids, sources[i].decode_params(params)) for i in order}
         widest = max((job_params.rows for _, job_params in jobs.values()), default=1)
         decoder = BatchDecoder(bundle.network, capacity=batch_size * widest, max_source_len=longest,

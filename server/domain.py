@@ -57,6 +57,8 @@ class TranslationJob:
     # (source term, target term) pairs a glossary fixes: where a source term occurs in a sentence, its target term
     # appears in that sentence's translation
     glossary: tuple[tuple[str, str], ...] = ()
+    instructions: tuple[str, ...] = ()  # free-text instructions to the translator (refused: front.dispatch)
+    style_rules: str | None = None  # the id of a stored style-rule list (refused: front.dispatch)
 
 
 @dataclass(frozen=True)

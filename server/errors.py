@@ -93,6 +93,25 @@ class UnsupportedFileType(BadBody):
         self.args = (filename, suffix, supported)
 
 
+class InvalidMarkup(BadBody):
+    """A text sent as XML or HTML that the markup parser rejects (XML not well-formed, a DTD declared); `problem`
+    says what and where."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}", field=field)
+        self.problem, self.args = problem, (field, problem)
+
+
+class NotFollowed(InvalidRequest):
+    """Guidance this server cannot follow (`kind`: "instructions", free-text instructions to the translator, or
+    "style", a stored style-rule list): its models translate the text alone, so a request asking for it is refused
+    rather than answered as if it had been followed."""
+
+    def __init__(self, kind: str):
+        super().__init__(f"{kind}: this server's models translate the text alone and do not follow {kind}")
+        self.kind, self.args = kind, (kind,)
+
+
 # A request over one of the server's limits, found by the front (front/dispatch.py checks each limit once; the
 # model-dependent ones in front/service.py). They hold what was counted, never an API's field names: each API words
 # them in its own error table. `args` are the constructor's, so they cross Ray and process pipes intact.

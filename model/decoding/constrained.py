@@ -13,10 +13,11 @@ partial ones (max_new_tokens bounds the work: a constraint that cannot fit ends 
 Placement: a term should take the place of what the model would write for its source term, not stand beside it or
 in another slot. Where the request says which source words each constraint translates (DecodeParams.source_words,
 constraint_words; a term twice is two constraints), an occurrence counts as placed when its first token comes while
-the hypothesis' row attends to those words most (the alignment layer's cross-attention, as model.alignment aligns
-words), before the hypothesis attended most to them or past them (the model wrote its own translation of the term
-already: the end of the source, </s>, is a word after the last), and the token after it is </s> or comes while the
-row attends elsewhere (not the model's own translation of the term going on beside it). Banks count placed tokens
+the hypothesis' row attends to those words most, or the word after them (the alignment layer's cross-attention, as
+model.alignment aligns words; it runs a word ahead as often as not), before the hypothesis attended most to them or
+past them (the model wrote its own translation of the term already: the end of the source, </s>, is a word after the
+last), and the term stands as whole words followed by </s> or by the translation of another source word, not the
+model's own translation of the term going on beside it (Constraints._place). Banks count placed tokens
 first, and results rank hypotheses placing every term before those with a term elsewhere (still complete: a model
 whose attention never finds the source term keeps its terms).
 
@@ -48,7 +49,9 @@ from .search import (NEG_INF, NEG_LARGE, BeamSearch, DecodeParams, Hypothesis, S
 # stays met.
 State = tuple[int, ...]
 ANYWHERE = -1  # a start mask with every bit set: every constraint may begin, no row is on a source term
-OTHER_TOKEN = -1  # an id in no constraint: every token outside the constraints moves a state alike
+# ids in no constraint: every token outside the constraints moves a state as one of these two, by whether it begins
+# a word (` mille`, `,`, </s>) or continues the word before it (`-neuf`, `echs`: DecodeParams.glued)
+OTHER_TOKEN, GLUED_TOKEN = -1, -2
 PARTIAL, ELSEWHERE, PLACED = 0, 1, 2  # a hypothesis' tier: some constraint missing; all met, some not placed; all placed
 
 
@@ -57,9 +60,10 @@ class Constraints:
     occurrences that begin where the hypothesis attends to the constraint's source term (placed), one counting any
     (loose: a term the model cannot place by its source still appears)."""
 
-    def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None):
+    def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None, glued: bytes = b""):
         self.sequences = sequences
         self.end = end  # the token that ends a hypothesis (</s>): it confirms a term just spelled
+        self.glued = glued  # a bit per target token: it continues the word before it (DecodeParams.glued)
         # per constraint, the last before it with the same tokens (a term twice): an occurrence of it counts only
         # once that one is met, so one occurrence never meets both
         self.twin = [max((j for j in range(i) if sequences[j] == c), default=None) for i, c in enumerate(sequences)]
@@ -73,23 +77,43 @@ class Constraints:
 
     def _advance(self, state: State, token: int, starts: int = ANYWHERE) -> State:
         """`state` after `token`, chosen by a row with start mask `starts`: bit i, constraint i may begin here as
-        placed (its source term is where the row attends); bit C + i, the row attends away from that term."""
+        placed (its source term is where the row attends); bit C + i, the row attends away from that term; bit
+        2C, it attends the end of the source (</s>)."""
         count = len(self.sequences)
-        placed = [self._place(i, p, token, starts >> i & 1, starts >> (count + i) & 1)
+        beyond = starts >> (2 * count) & 1
+        placed = [self._place(i, p, token, starts >> i & 1, starts >> (count + i) & 1, beyond)
                   for i, p in enumerate(state[:count])]
         loose = [p if p == len(c) else self._match(i, p, token, twin is None or state[count + twin] == len(c))
                  for i, (c, p, twin) in enumerate(zip(self.sequences, state[count:], self.twin))]
         return tuple(placed + loose)
 
-    def _place(self, i: int, matched: int, token: int, may_begin: bool, away: bool) -> int:
-        """A placed occurrence once spelled is confirmed by the next token, </s> or one written while the decoder
-        attends away from its source term, and stays so while the decoder keeps away: a token written on that term
-        after it is the model's own translation of the term beside it (`vingt` forced for `nineteen`, then
-        `-neuf`; `sieben` for `six`, then `echs`), and the occurrence is not placed."""
+    def continues(self, token: int) -> bool:
+        """Whether `token` continues the word before it (GLUED_TOKEN does; OTHER_TOKEN and </s> do not)."""
+        if token < 0 or token >> 3 >= len(self.glued):
+            return token == GLUED_TOKEN
+        return bool(self.glued[token >> 3] >> (token & 7) & 1)
+
+    def _place(self, i: int, matched: int, token: int, may_begin: bool, away: bool, beyond: bool) -> int:
+        """A placed occurrence once spelled (`matched` its length) must stand as whole words: a token glued to it
+        is the model going on with its own word (`elf` forced for `ten`, then `ünf`; `vingt` for `nineteen`,
+        then `-neuf`), and the occurrence is not placed. A token that begins a word confirms it (one more: placed)
+        when it is </s> or written while the decoder attends away from the term's source words; written on them,
+        it is excused once (pending, one less), as the attention lags a word as often as it runs ahead (`tres`,
+        then ` mil` written on `forty-two`), and the next token written on another source word confirms it; one
+        written on the term, while attending </s>, or </s> itself (nothing shows the decoder moved on) is the
+        model's own translation of the term beside it (`quarante`, then ` neuf` for `thirty-nine`; `treinta`, then
+        ` y`), and the occurrence is not placed. Confirmed stays so while the decoder keeps away (a token on the
+        term after it: the same)."""
         spelled = len(self.sequences[i])
-        if matched >= spelled and (away or token == self.end):
-            return spelled + 1
-        return self._match(i, 0 if matched > spelled else matched, token, may_begin)
+        if matched == spelled + 1:  # pending: the token after the term was written on the term's source words
+            if away and not beyond and token != self.end:
+                return spelled + 2
+            return self._match(i, 0, token, may_begin)
+        if matched == spelled + 2:
+            return matched if away or token == self.end else self._match(i, 0, token, may_begin)
+        if matched == spelled and not self.continues(token):
+            return spelled + 2 if away or token == self.end else spelled + 1
+        return self._match(i, matched, token, may_begin)
 
     def _match(self, i: int, matched: int, token: int, may_begin: bool) -> int:
         c, fallback = self.sequences[i], self.fallback[i]
@@ -107,7 +131,7 @@ class Constraints:
 
     def tier(self, state: State) -> int:
         placed, loose = self._parts(state)
-        if all(p == len(c) + 1 for c, p in zip(self.sequences, placed)):
+        if all(p == len(c) + 2 for c, p in zip(self.sequences, placed)):
             return PLACED
         return ELSEWHERE if self.met(state) else PARTIAL
 
@@ -116,13 +140,15 @@ class Constraints:
         return any(self._parts(state)[0])
 
     def _bank(self, state: State) -> tuple[int, int]:
-        """Constraint tokens met, placed (a confirmed occurrence counting one more) and loose: whole constraints and
-        the furthest progress inside an unmet one."""
-        def met(part: State, extra: int) -> int:
-            done = sum(p for c, p in zip(self.sequences, part) if p == len(c) + extra)
-            return done + max((p for c, p in zip(self.sequences, part) if p < len(c) + extra), default=0)
+        """Constraint tokens met, placed and loose: whole constraints (a confirmed placed one counting one more) and
+        the furthest progress inside an unmet one (a pending one counts as spelled: a bank ahead of a term spelled
+        in its place would keep its row from that term, `quatre quatre cent` over `quatre cent quatre`)."""
         placed, loose = self._parts(state)
-        return met(placed, 1), met(loose, 0)
+        confirmed = [p == len(c) + 2 for c, p in zip(self.sequences, placed)]
+        done = sum(len(c) + 1 for c, met in zip(self.sequences, confirmed) if met)
+        progress = max((min(p, len(c)) for c, p, met in zip(self.sequences, placed, confirmed) if not met), default=0)
+        whole = sum(p for c, p in zip(self.sequences, loose) if p == len(c))
+        return done + progress, whole + max((p for c, p in zip(self.sequences, loose) if p < len(c)), default=0)
 
     def may_progress(self, state: State) -> frozenset[int] | None:
         """The tokens that can leave `state` with some constraint token met: those of the unmet constraints (a
@@ -174,31 +200,39 @@ class Candidate:
 class ConstrainedBeamSearch(Search):
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
-        self.constraints = Constraints(params.constraints, eos_id)
-        own = replace(params, constraints=(), source_words=(), constraint_words=())
+        self.constraints = Constraints(params.constraints, eos_id, params.glued)
+        own = replace(params, constraints=(), source_words=(), constraint_words=(), glued=b"")
         self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
         self.finished: list[tuple[int, float, list[int]]] = []  # constraint beams': (tier, score, tokens)
         # per constraint, the source words of its source term (none: it may start anywhere)
         self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
+        self.end_word = max(params.source_words, default=0)  # the tokens after the last word (</s>)
         self.starts_at: dict[tuple[int, ...], int] = {}  # an own hypothesis' tokens → its start mask after them
         # a hypothesis' tokens → the source words its rows attended to most (a bit per word), itself included
         self.attended: dict[tuple[int, ...], int] = {}
+        self.word_at: dict[tuple[int, ...], int] = {}  # a hypothesis' tokens → the word its last row attended most
         self.starts = functools.cache(self._starts)
 
-    def _starts(self, word: int, before: int) -> int:
+    def _starts(self, word: int, before: int, last: int) -> int:
         """The start mask (Constraints.advance) of a row whose alignment-layer attention is highest on source word
         `word`, the rows of its hypothesis before the last having attended most to the words `before` (a bit
-        each). May begin: the constraints whose source term holds that word, with no word of it or after it in
-        `before` (the model translated it already, `douze` then `treize` for `twelve`, or passed it); the last row
-        does not count, as attention often runs a word ahead (`cent` written while attending `forty-two`), but for
-        the first (which attends where the translation begins: `dix` for `nineteen`). Away:
-        those whose source term does not hold `word`. Both for constraints without source words."""
+        each), the last row having attended most to `last` (-1: none). May begin: the constraints whose source
+        term holds that word or ends just before it (attention often runs a word ahead: `cent` written while
+        attending `forty-two`, `sept` of `seven hundred` while attending `hundred`) unless the last row was there
+        already (it wrote the term's own translation running ahead: `sept` then `huit` for `seven thousand`) or
+        it is </s> (after `douze` for `twelve` the decoder attends </s>), with no word of it or after it in
+        `before` (the model
+        translated it already, `douze` then `treize`, or passed it); the last row does not count, as it runs ahead,
+        but for the first (which attends where the translation begins: `dix` for `nineteen`). Away: those whose
+        source term does not hold `word`. Both for constraints without source words."""
         count = len(self.constraint_words)
         return sum(1 << i | 1 << (count + i) if not words else
-                   (word in words and before >> min(words) == 0) << i | (word not in words) << (count + i)
-                   for i, words in enumerate(self.constraint_words))
+                   ((word in words or last != word == max(words) + 1 < self.end_word) and before >> min(words) == 0)
+                   << i
+                   | (word not in words) << (count + i)
+                   for i, words in enumerate(self.constraint_words)) | (word == self.end_word) << (2 * count)
 
     def row_starts(self, attended: list[int]) -> list[int]:
         """Per row, its start mask, from the source word each row attends to most (constrained_choices)."""
@@ -206,8 +240,9 @@ class ConstrainedBeamSearch(Search):
         for tokens, word in zip(self.sequences, attended):
             # idle rows read the start token after the first step: their masks go unused
             self.attended.setdefault(tuple(tokens), self.attended.get(tuple(tokens[:-1]), 0) | 1 << word)
+            self.word_at.setdefault(tuple(tokens), word)
             before = self.attended[tuple(tokens[:max(len(tokens) - 2, 0)])] if tokens else 0
-            masks.append(self.starts(word, before))
+            masks.append(self.starts(word, before, self.word_at[tuple(tokens[:-1])] if tokens else -1))
         return masks
 
     def wanted_tokens(self) -> list[list[int]]:
@@ -243,8 +278,10 @@ class ConstrainedBeamSearch(Search):
         candidates = []
         for beam, tokens, totals, wanted in zip(live, top_tokens, top_totals, wanted_totals):
             seen, useful = set(), self.constraints.may_progress(beam.state)
-            # after any token of no constraint (all alike): partial matches broken, met ones kept
-            other = self.constraints.advance(beam.state, OTHER_TOKEN, starts[beam.row])
+            # after a token of no constraint (those beginning a word alike, those continuing one alike): partial
+            # matches broken, met ones kept
+            other = {glued: self.constraints.advance(beam.state, GLUED_TOKEN if glued else OTHER_TOKEN,
+                                                     starts[beam.row]) for glued in (False, True)}
             # Tokens come best first (the top W, then constraint tokens outside them), and _allocate keeps at most
             # `rows` of a bank that do not end: a beam's later ones in a bank it filled could not be kept (at the
             # limit every candidate finishes instead).
@@ -255,7 +292,8 @@ class ConstrainedBeamSearch(Search):
                     continue
                 seen.add(token)
                 ordinary = token != self.eos_id and token not in self.constraints.tokens
-                state = other if ordinary else self.constraints.advance(beam.state, token, starts[beam.row])
+                state = (other[self.constraints.continues(token)] if ordinary
+                         else self.constraints.advance(beam.state, token, starts[beam.row]))
                 bank = self.constraints.bank(state)
                 if not bank[1] or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue

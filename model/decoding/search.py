@@ -68,6 +68,9 @@ class DecodeParams:
     suppress_at_begin: tuple[int, ...] = ()  # tokens banned as the first generated one (Whisper's begin_suppress)
     timestamps: TimestampRules | None = None  # Whisper's timestamp rule (model.decoding.speech_rules)
     allowed_tokens: tuple[int, ...] = ()  # the only tokens a row may choose (Whisper's language detection); (): all
+    # a bit per target token (token t: byte t // 8, bit t % 8), set where it continues the word before it: a term
+    # followed by one is not placed, glued into a longer word (glossary.glued_tokens)
+    glued: bytes = b""
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

@@ -21,6 +21,7 @@ class Source:
     constraints: tuple[tuple[int, ...], ...] = ()
     source_words: tuple[int, ...] = ()
     constraint_words: tuple[tuple[int, ...], ...] = ()
+    glued: bytes = b""
     features: torch.Tensor | None = None
 
     @property
@@ -31,4 +32,4 @@ class Source:
     def decode_params(self, params: DecodeParams) -> DecodeParams:
         """`params` for decoding this source: its forced first token and its constraints."""
         return replace(params, forced_bos_token_id=self.forced_bos, constraints=self.constraints,
-                       source_words=self.source_words, constraint_words=self.constraint_words)
+                       source_words=self.source_words, constraint_words=self.constraint_words, glued=self.glued)

@@ -5,9 +5,13 @@ api.deepl_glossaries; `glossary_id` here keeps a glossary's terms in the transla
 Authentication: `Authorization: DeepL-Auth-Key KEY`, or the legacy `auth_key` parameter. Bodies are JSON or
 urlencoded forms (`text` repeated). Errors are `{"message": "..."}`: 400 bad request, 403 key rejected, 413 too
 many texts or characters, 429 rate limit (with Retry-After), 456 character quota used up (or the glossaries a
-key may keep). Accepted but not
-applicable: `formality` (no served model has formality levels: every target says supports_formality false),
-`preserve_formatting` (the engine never corrects formatting), `context` and `model_type`.
+key may keep). Accepted but not applicable: `formality` (no served model has formality levels: every target says
+supports_formality false), `preserve_formatting` (the engine never corrects formatting), `context` (the models
+translate each sentence alone; not billed, as DeepL bills none). `model_type` is answered with `model_type_used`:
+`latency_optimized`, the one model a language pair has. `tag_handling_version` v1 and v2 alike parse XML strictly
+(this server has one tag handling): invalid markup is DeepL's v2 400, "Tag handling parsing failed, please check
+input.", then what and where. `custom_instructions` and `style_id` are refused (400): the models follow neither
+instructions nor style rules. `GET /v3/languages?resource=` lists the languages per DeepL resource.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidRequest, LanguageNotServed, ServerError,
-                      TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
+from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidMarkup, InvalidRequest, LanguageNotServed, NotFollowed,
+                      ServerError, TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
 from ..front import dispatch
 from ..front.access import QuotaExceeded, characters
 from ..front.served_languages import ServedLanguages, canonical, check_served, language_name
@@ -37,6 +41,22 @@ GLOSSARY_NEEDS_SOURCE = "Use of a glossary requires the source_lang parameter to
 TAG_LISTS = ("ignore_tags", "non_splitting_tags", "splitting_tags")
 # DeepL's target codes name a variety where its source codes do not.
 TARGET_VARIANTS = {"EN": ("EN-GB", "EN-US"), "PT": ("PT-BR", "PT-PT")}
+MARKUP_REJECTED = "Tag handling parsing failed, please check input."  # DeepL's v2 answer to markup it cannot parse
+# DeepL's model types name a goal; each served language pair has one model, which is DeepL's latency_optimized kind
+# (no slower model of higher quality is there to choose).
+MODEL_TYPE_USED = "latency_optimized"
+# GET /v3/languages: the features each DeepL resource has here, and the side a language needs to be on for one
+# ("both": every language of a pair; DeepL's feature table). The resources this server has no route for list no
+# language, so a tool hides them.
+V3_FEATURES = {"translate_text": {"tag_handling": "both", "glossary": "both", "auto_detection": "source"},
+               "translate_document": {"glossary": "both", "auto_detection": "source"},
+               "glossary": {}}
+V3_RESOURCES = (*V3_FEATURES, "voice", "write", "style_rules")
+STABLE = {"status": "stable"}
+# What each refused guidance is called in DeepL's request, and why it is refused.
+GUIDANCE = {"instructions": ("custom_instructions", "this server's models translate the text alone and do not "
+                                                    "follow free-text instructions"),
+            "style rules": ("style_id", "this server's models translate the text alone and apply no style rules")}
 
 
 def owns(path: str) -> bool:
@@ -65,11 +85,21 @@ def glossary_needs_source(error: GlossaryNeedsLanguage, names: Names) -> ServerE
     return InvalidRequest(GLOSSARY_NEEDS_SOURCE, field="source_lang")  # DeepL's target is always given
 
 
+def markup_rejected(error: InvalidMarkup, names: Names) -> ServerError:
+    return InvalidRequest(f"{MARKUP_REJECTED} {error.message}", field=error.field)  # DeepL's words, then where
+
+
+def not_followed(error: NotFollowed, names: Names) -> ServerError:
+    field, why = GUIDANCE[error.kind]
+    return InvalidRequest(invalid(field, why), field=field)
+
+
 STYLE = ErrorStyle(message_only("message"), owns, {**LIMITS, **BAD_REQUEST, TooManyCharacters: request_too_large,
                                                    InvalidKey: 403, QuotaExceeded: 456, TooManyGlossaries: 456,
                                                    LanguageNotServed: not_served, UnsupportedFileType: file_type,
                                                    GlossaryNeedsLanguage: glossary_needs_source,
-                                                   TooManyItems: too_many_texts})
+                                                   TooManyItems: too_many_texts, InvalidMarkup: markup_rejected,
+                                                   NotFollowed: not_followed})
 router = STYLE.router()
 
 
@@ -79,15 +109,18 @@ class DeepLTranslateForm(BaseModel):
     source_lang: str | None = Field(None, max_length=32)
     split_sentences: Literal["0", "1", "nonewlines"] | None = None
     tag_handling: Literal["xml", "html"] | None = None
+    tag_handling_version: Literal["v1", "v2"] | None = None
     ignore_tags: list[str] = []
     non_splitting_tags: list[str] = []
     splitting_tags: list[str] = []
     preserve_formatting: bool = False
     formality: Literal["default", "more", "less", "prefer_more", "prefer_less"] | None = None
     context: str | None = None
-    model_type: str | None = None
+    model_type: Literal["quality_optimized", "latency_optimized", "prefer_quality_optimized"] | None = None
     glossary_id: str | None = None
     show_billed_characters: bool = False
+    custom_instructions: list[str] = []
+    style_id: str | None = None
 
     @field_validator("split_sentences", mode="before")
     @classmethod
@@ -99,6 +132,7 @@ class DeepLTranslation(BaseModel):
     detected_source_language: str
     text: str
     billed_characters: int  # always sent: the official client reads it unconditionally
+    model_type_used: str | None = None  # when the request names a model_type, as DeepL answers
 
 
 class DeepLTranslateResponse(BaseModel):
@@ -109,6 +143,15 @@ class DeepLLanguage(BaseModel):
     language: str
     name: str
     supports_formality: bool | None = None  # targets only
+
+
+class DeepLLanguageV3(BaseModel):
+    lang: str  # BCP 47: en, en-GB, zh-Hans
+    name: str
+    usable_as_source: bool
+    usable_as_target: bool
+    status: str = "stable"
+    features: dict[str, dict[str, str]]  # a feature's name → {"status"}; absent when not supported
 
 
 def missing(name: str) -> str:
@@ -131,14 +174,16 @@ def text_options(form: DeepLTranslateForm) -> TextOptions:
                        non_splitting_tags=tuple(form.non_splitting_tags), splitting_tags=tuple(form.splitting_tags))
 
 
-def translate_response(result: TranslationResult, texts: list[str], source_lang: str | None) -> DeepLTranslateResponse:
+def translate_response(result: TranslationResult, form: DeepLTranslateForm) -> DeepLTranslateResponse:
     def source_of(translated: TranslatedText) -> str:
         found = translated.detected or next((t.detected for t in result.texts if t.detected), None)
-        return (source_lang or (found.language if found else "")).upper()
+        return (form.source_lang or (found.language if found else "")).upper()
 
+    model_type_used = MODEL_TYPE_USED if form.model_type else None
     return DeepLTranslateResponse(translations=[
-        DeepLTranslation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text))
-        for t, text in zip(result.texts, texts)])
+        DeepLTranslation(detected_source_language=source_of(t), text=t.text, billed_characters=len(text),
+                         model_type_used=model_type_used)
+        for t, text in zip(result.texts, form.text)])
 
 
 def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguage]:
@@ -148,6 +193,29 @@ def language_entries(languages: ServedLanguages, kind: str) -> list[DeepLLanguag
     codes = dict.fromkeys(variant for code in languages.targets
                           for variant in TARGET_VARIANTS.get(code.upper(), (code.upper(),)))
     return [DeepLLanguage(language=code, name=language_name(code), supports_formality=False) for code in codes]
+
+
+def bcp47(code: str) -> str:
+    """DeepL's v3 spelling of a code: the language lower-case, the rest as the tag writes it (en-GB, zh-Hans)."""
+    language, dash, rest = code.partition("-")
+    return language.lower() + dash + rest
+
+
+def language_entries_v3(languages: ServedLanguages, resource: str) -> list[DeepLLanguageV3]:
+    if resource not in V3_FEATURES:
+        return []
+    sources = dict.fromkeys(code.partition("-")[0].lower() for code in languages.sources)
+    targets = dict.fromkeys(bcp47(variant) for code in languages.targets
+                            for variant in TARGET_VARIANTS.get(code.upper(), (code,)))
+
+    def entry(lang: str) -> DeepLLanguageV3:
+        source, target = lang in sources, lang in targets
+        features = {name: STABLE for name, side in V3_FEATURES[resource].items()
+                    if side == "both" or (side == "source" and source)}
+        return DeepLLanguageV3(lang=lang, name=language_name(lang), usable_as_source=source, usable_as_target=target,
+                               features=features)
+
+    return [entry(lang) for lang in dict.fromkeys([*sources, *targets])]
 
 
 async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
@@ -171,7 +239,7 @@ async def glossary_terms(request: Request, who: str, glossary_id: str | None, so
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)
-    data = present(params, list(DeepLTranslateForm.model_fields), lists=("text",))
+    data = present(params, list(DeepLTranslateForm.model_fields), lists=("text", "custom_instructions"))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
     form = validated(DeepLTranslateForm, data, missing, invalid)
     dispatch.check_items(len(form.text), MAX_TEXTS)
@@ -180,12 +248,13 @@ async def translate(request: Request):
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),
-        text_options=text_options(form), glossary=glossary)
+        text_options=text_options(form), glossary=glossary, instructions=tuple(form.custom_instructions),
+        style_rules=form.style_id)
     naming(request, "text")
 
     async def work():
         result = await dispatch.translate(state.provider, job, spending=state.keys.spending(who, characters(form.text)))
-        return json_response(translate_response(result, form.text, form.source_lang))
+        return json_response(translate_response(result, form))
 
     return await until_disconnect(request, work())
 
@@ -199,6 +268,19 @@ async def languages(request: Request):
     if kind not in ("source", "target"):
         raise InvalidRequest(invalid("type", "source or target"), field="type")
     return language_entries(ServedLanguages.of(state.provider), kind)
+
+
+@router.get("/v3/languages", response_model=list[DeepLLanguageV3])
+@resendable
+async def languages_v3(request: Request):
+    state = served(request)
+    _, params = await caller(request)
+    resource = params.first("resource") or params.first("product")  # `product`: the beta's first name for it
+    if resource is None:
+        raise InvalidRequest(missing("resource"), field="resource")
+    if str(resource) not in V3_RESOURCES:
+        raise InvalidRequest(invalid("resource", ", ".join(V3_RESOURCES)), field="resource")
+    return language_entries_v3(ServedLanguages.of(state.provider), str(resource))
 
 
 @router.api_route("/v2/usage", methods=["GET", "POST"])

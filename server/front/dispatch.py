@@ -27,8 +27,8 @@ from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_langu
 
 from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
                       TranslationJob, TranslationResult)
-from ..errors import (BadBody, BodyTooLarge, TextTooLong, TooManyBeams, TooManyCharacters, TooManyItems, TooManyTexts,
-                      UnknownModel)
+from ..errors import (BadBody, BodyTooLarge, InvalidMarkup, NotFollowed, TextTooLong, TooManyBeams, TooManyCharacters,
+                      TooManyItems, TooManyTexts, UnknownModel)
 from ..settings import Settings
 from .language_support import serves
 from .provider import ModelProvider, ServedModel
@@ -80,7 +80,7 @@ def _readable(text: str, field: str, markup: str) -> str:
     try:
         return text_content(text, markup)
     except MarkupError as e:
-        raise BadBody(f"{field}: {e}", field=field) from None
+        raise InvalidMarkup(field, str(e)) from None
 
 
 def detect(provider: ModelProvider, text: str, target_lang: str | None = None) -> list[DetectedLanguage]:
@@ -115,6 +115,15 @@ def _check_lengths(texts: Sequence[str], names: Sequence[str], limit: int) -> No
             raise TextTooLong(name, len(text), limit)
 
 
+def _check_guidance(job: TranslationJob) -> None:
+    """Instructions or style rules a job carries are refused: the models translate the text alone, and answering
+    as if they had been followed would mislead the caller."""
+    if job.instructions:
+        raise NotFollowed("instructions")
+    if job.style_rules is not None:
+        raise NotFollowed("style rules")
+
+
 def _check_beams(settings: Settings, options: DecodeOptions) -> None:
     if options.num_beams is not None and options.num_beams > settings.beam_limit:
         raise TooManyBeams(options.num_beams, settings.beam_limit)
@@ -126,6 +135,7 @@ async def translate(provider: ModelProvider, job: TranslationJob, model: str | N
     """`detect_missing` False: a missing source_lang means the model's default source (only "auto" detects).
     `spending`: the caller's charge for the work (front.access.Keys.spending), entered once the limits hold."""
     _check_count(provider.settings, len(job.texts))
+    _check_guidance(job)
     return await _translate(provider, job, model, detect_missing, spending)
 
 

@@ -14,7 +14,7 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import (BadBody, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
+from ..errors import (InvalidMarkup, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
                       TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
@@ -116,7 +116,9 @@ class HeldModel:
             return sources
         glossary = Glossary(pairs)
         try:
-            return [with_glossary(self.bundle.tokenizer, glossary, source, unit) for source, unit in zip(sources, units)]
+            vocab_size = self.bundle.config.target_vocab_size
+            return [with_glossary(self.bundle.tokenizer, glossary, source, unit, vocab_size)
+                    for source, unit in zip(sources, units)]
         except UnspellableTerm as e:
             raise InvalidRequest(f"{e} (model {self.name!r})", field="glossary") from None
 
@@ -143,7 +145,7 @@ class HeldModel:
         except WordTooLong as e:
             raise InvalidRequest(f"{field}: {e}", field=field, limit=e.limit) from None
         except MarkupError as e:
-            raise BadBody(f"{field}: {e}", field=field) from None
+            raise InvalidMarkup(field, str(e)) from None
         except ValueError as e:  # an unknown format or split mode
             raise InvalidRequest(str(e), field=field) from None
 

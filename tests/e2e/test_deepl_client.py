@@ -81,7 +81,60 @@ def test_options_accepted(url):
             "show_billed_characters": True}
     r = httpx.post(f"{url}/v2/translate", json=body, headers=AUTH)
     assert r.json() == {"translations": [{"detected_source_language": "EN", "text": words(18, "de"),
-                                          "billed_characters": len(words(18))}]}
+                                          "billed_characters": len(words(18)), "model_type_used": "latency_optimized"}]}
+
+
+def test_model_type_is_answered_with_the_model_type_used(translator):
+    for model_type in deepl.ModelType:
+        result = translator.translate_text(words(42), target_lang="DE", model_type=model_type)
+        assert (result.text, result.model_type_used) == (words(42, "de"), "latency_optimized")
+    assert translator.translate_text(words(42), target_lang="DE").model_type_used is None
+
+
+def test_context_is_accepted_and_neither_translated_nor_billed(translator):
+    before = translator.get_usage().character.count
+    result = translator.translate_text(words(7), target_lang="FR", context=f"{words(12)} apples. " * 20)
+    assert (result.text, result.billed_characters) == (words(7, "fr"), len(words(7)))
+    assert translator.get_usage().character.count == before + len(words(7))
+
+
+def test_tag_handling_version_two_parses_xml_strictly(translator):
+    for version in ("v1", "v2"):
+        good = translator.translate_text(f"<b>{words(7)}</b>", target_lang="DE", tag_handling="xml",
+                                         tag_handling_version=version)
+        assert good.text == f"<b>{words(7, 'de')}</b>"
+        with pytest.raises(deepl.DeepLException) as raised:  # an unclosed element: DeepL's v2 answer
+            translator.translate_text(f"<p>{words(7)}</a>", target_lang="DE", tag_handling="xml",
+                                      tag_handling_version=version)
+        assert raised.value.http_status_code == 400
+        assert "Tag handling parsing failed, please check input." in str(raised.value)
+
+
+@pytest.mark.parametrize("guidance, field", [({"custom_instructions": ["Use a formal tone"]}, "custom_instructions"),
+                                             ({"style_rule": "a-style-rule-id"}, "style_id")])
+def test_instructions_and_style_rules_are_refused_not_ignored(translator, guidance, field):
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_text(words(7), target_lang="DE", **guidance)
+    assert raised.value.http_status_code == 400
+    assert f"Value for '{field}' not supported: this server's models translate the text alone" in str(raised.value)
+
+
+def test_v3_languages_per_resource(url):
+    def get(**params):
+        return httpx.get(f"{url}/v3/languages", params=params, headers=AUTH)
+
+    stable = {"status": "stable"}
+    text = get(resource="translate_text").json()
+    assert [(lang["lang"], lang["name"], lang["usable_as_source"], lang["usable_as_target"]) for lang in text] == [
+        ("en", "English", True, False), ("de", "German", False, True), ("fr", "French", False, True),
+        ("es", "Spanish", False, True), ("it", "Italian", False, True)]
+    assert text[0]["features"] == {"tag_handling": stable, "glossary": stable, "auto_detection": stable}
+    assert {str(lang["features"]) for lang in text[1:]} == {str({"tag_handling": stable, "glossary": stable})}
+    assert {lang["status"] for lang in text} == {"stable"}
+    assert [lang["features"] for lang in get(resource="glossary").json()] == [{}] * 5
+    assert get(resource="voice").json() == [] and get(product="translate_text").json() == text
+    assert get().status_code == 400 and get().json() == {"message": "Parameter 'resource' not specified."}
+    assert get(resource="speech").status_code == 400
 
 
 def test_weblate_xml_placeholders_come_back_intact(url):
@@ -113,6 +166,11 @@ def test_languages_type_in_the_query_string_and_the_glossary_pairs(url):
     ({"text": [words(7)]}, 400, "Parameter 'target_lang' not specified."),
     ({"text": [words(7)], "target_lang": "DE", "source_lang": "XX"}, 400, "Value for 'source_lang' not supported."),
     ({"text": [words(7)], "target_lang": "DE", "tag_handling": "markdown"}, 400, None),
+    ({"text": [words(7)], "target_lang": "DE", "tag_handling_version": "v3"}, 400, None),
+    ({"text": [words(7)], "target_lang": "DE", "model_type": "fastest"}, 400, None),
+    ({"text": [words(7)], "target_lang": "DE", "custom_instructions": "Be formal"}, 400,
+     "Value for 'custom_instructions' not supported: this server's models translate the text alone and do not "
+     "follow free-text instructions"),
     ({"text": [words(7)], "target_lang": "DE", "glossary_id": "g1"}, 400,
      "Use of a glossary requires the source_lang parameter to be specified"),
     ({"text": [words(7)] * 51, "target_lang": "DE"}, 413, "Too many texts: 51; at most 50"),
@@ -126,6 +184,6 @@ def test_errors_in_deepls_shape(url, body, status, message):
 
 def test_missing_key_is_403_on_every_route(url):
     for method, path in (("POST", "/v2/translate"), ("GET", "/v2/languages"), ("GET", "/v2/usage"),
-                         ("GET", "/v2/glossary-language-pairs")):
+                         ("GET", "/v2/glossary-language-pairs"), ("GET", "/v3/languages?resource=translate_text")):
         r = httpx.request(method, f"{url}{path}")
         assert r.status_code == 403 and set(r.json()) == {"message"}, path

@@ -72,32 +72,42 @@ def test_a_broken_partial_match_falls_back_to_the_longest_prefix_still_matching(
     assert after([1, 1, 1, 2]) == (3, 2) * 2 and constraints.next_tokens((3, 2) * 2) == (1, 1) * 2
     # placed: (1, 1, 2) spelled, not yet confirmed, counts as progress
     assert constraints.bank((3, 2) * 2) == (3, 3 + 2) and not constraints.met((3, 2) * 2)
-    assert after([1, 2], (3, 3) * 2) == (4, 2, 3, 2)  # 1 2 1 then 2: falls back to 1 2, not to nothing
+    # 1 2 1 then 2: falls back to 1 2, not to nothing ((1, 1, 2) confirmed by the 1: two more)
+    assert after([1, 2], (3, 3) * 2) == (5, 2, 3, 2)
     assert constraints.met(after([1, 1, 1, 2, 1, 2, 1, 3]))
     assert after([1, 2, 1, 3]) == (0, 4) * 2 and not constraints.met((0, 4) * 2)
 
 
-def test_a_constraint_is_placed_where_its_source_term_is_attended_and_the_decoder_leaves_it_after():
-    end = 9
-    constraints = Constraints(((1, 2), (3,)), end)  # states: placed progress of each constraint, then loose
-    # start masks: bit i, constraint i may begin; bit 2 + i, the row attends away from constraint i's source term
+def test_a_constraint_is_placed_where_its_source_term_is_attended_and_stands_as_whole_words():
+    end, glued = 9, 6
+    constraints = Constraints(((1, 2), (3,)), end, bytes([1 << glued]))  # token 6 continues the word before it
+    # states: placed progress of each constraint (spelled, then one more pending, two more confirmed), then loose;
+    # start masks: bit i, constraint i may begin; bit 2 + i, the row attends away from constraint i's source term;
+    # bit 4, it attends </s>
     assert constraints.advance(constraints.start, 1, 0b1110) == (0, 0, 1, 0)  # (1, 2) may not begin placed here
     assert constraints.advance(constraints.start, 1, 0b0001) == (1, 0, 1, 0)
     assert constraints.advance((1, 0, 1, 0), 2, 0) == (2, 0, 2, 0)  # once begun, it goes on anywhere
     assert constraints.advance((1, 0, 1, 0), 1, 0b10) == (0, 0, 1, 0)  # beginning again is a beginning
-    # spelled: the next token confirms it where written away from its source term, or when it is </s>; a token
-    # written on the term (the model's own translation of it going on) leaves it unplaced
-    assert constraints.advance((2, 0, 2, 0), 5, 0b0100) == (3, 0, 2, 0)
-    assert constraints.advance((2, 0, 2, 0), end, 0) == (3, 0, 2, 0)
-    assert constraints.advance((2, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
+    # spelled: a token beginning a word written away from its source term, or </s>, confirms it; a token glued to
+    # it (the model's own word going on) leaves it unplaced
+    assert constraints.advance((2, 0, 2, 0), 5, 0b0100) == (4, 0, 2, 0)
+    assert constraints.advance((2, 0, 2, 0), end, 0) == (4, 0, 2, 0)
+    assert constraints.advance((2, 0, 2, 0), glued, 0b0100) == (0, 0, 2, 0)
+    # a token written on the term is excused once (the attention lags a word): the next one written on another
+    # source word confirms it; on the term, while attending </s>, or </s> itself leaves it unplaced
+    assert constraints.advance((2, 0, 2, 0), 5, 0) == (3, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), 5, 0b0100) == (4, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), 5, 0b10100) == (0, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), end, 0b0100) == (0, 0, 2, 0)
     # confirmed, it stays so while the decoder keeps away from its source term; back on it, the model is writing
     # its own translation of the term beside it
-    assert constraints.advance((3, 0, 2, 0), 3, 0b0101) == (3, 0, 2, 1)
-    assert constraints.advance((3, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
-    spelled = constraints.advance((3, 0, 2, 0), 3, 0b0110)
-    assert spelled == (3, 1, 2, 1) and constraints.tier(spelled) == ELSEWHERE and constraints.met(spelled)
+    assert constraints.advance((4, 0, 2, 0), 3, 0b0101) == (4, 0, 2, 1)
+    assert constraints.advance((4, 0, 2, 0), 5, 0) == (0, 0, 2, 0)
+    spelled = constraints.advance((4, 0, 2, 0), 3, 0b0110)
+    assert spelled == (4, 1, 2, 1) and constraints.tier(spelled) == ELSEWHERE and constraints.met(spelled)
     both = constraints.advance(spelled, end, 0)
-    assert both == (3, 2, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (5, 3)
+    assert both == (4, 3, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (5, 3)
     assert constraints.tier((2, 0, 2, 1)) == ELSEWHERE and constraints.met((2, 0, 2, 1))
     assert constraints.tier((2, 0, 2, 0)) == PARTIAL and not constraints.met((2, 0, 2, 0))
 

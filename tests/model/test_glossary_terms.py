@@ -65,7 +65,7 @@ def test_a_sentence_becomes_the_constraints_of_its_terms_and_the_source_words_ea
     glossary = Glossary([("forty-two", "quarante-trois"), ("seven", "huit")])
     sentence = "Seven hundred and forty-two"  # words: Seven, hundred, and, forty, -, two
     source = bundle.source(sentence, None, "fr")
-    got = with_glossary(tokenizer, glossary, source, sentence)
+    got = with_glossary(tokenizer, glossary, source, sentence, bundle.config.target_vocab_size)
     assert got.constraints == (term_ids(tokenizer, "huit"), term_ids(tokenizer, "quarante-trois"))
     assert got.constraint_words == ((0,), (3, 4, 5))
     # every token spells a word of the sentence, in order; the language token spells none, and </s> is the end of
@@ -74,8 +74,12 @@ def test_a_sentence_becomes_the_constraints_of_its_terms_and_the_source_words_ea
     assert len(got.source_words) == len(source.ids) and spelled == sorted(spelled) and set(spelled) == set(range(7))
     assert got.source_words[0] == -1 and got.source_words[-1] == 6
     assert got.decode_params(bundle.generation).constraint_words == got.constraint_words
+    # the tokens glued to the word before them: `-` and `neuf` of `vingt-neuf`, not ` vingt` or </s>
+    glued = got.decode_params(bundle.generation).glued
+    assert [bool(glued[t >> 3] >> (t & 7) & 1) for t in tokenizer.encode_target("vingt-neuf") + [tokenizer.eos_id]] \
+        == [False, True, True, False]
     one = bundle.source("one", None, "fr")
-    assert with_glossary(tokenizer, glossary, one, "one") == one
+    assert with_glossary(tokenizer, glossary, one, "one", bundle.config.target_vocab_size) == one
 
 
 def test_a_term_that_occurs_twice_is_two_constraints_each_on_its_own_words():
@@ -83,7 +87,8 @@ def test_a_term_that_occurs_twice_is_two_constraints_each_on_its_own_words():
     tokenizer = bundle.tokenizer
     glossary = Glossary([("forty-two", "quarante-trois"), ("two", "trois")])
     sentence = "forty-two thousand, two hundred and forty-two"  # forty - two thousand , two hundred and forty - two
-    got = with_glossary(tokenizer, glossary, bundle.source(sentence, None, "fr"), sentence)
+    got = with_glossary(tokenizer, glossary, bundle.source(sentence, None, "fr"), sentence,
+                        bundle.config.target_vocab_size)
     assert got.constraints == (term_ids(tokenizer, "quarante-trois"), term_ids(tokenizer, "trois"),
                                term_ids(tokenizer, "quarante-trois"))
     assert got.constraint_words == ((0, 1, 2), (5,), (8, 9, 10))
