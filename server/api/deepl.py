@@ -1,6 +1,7 @@
 """DeepL's API v2 (translate, languages, usage), mapped onto the domain: drop-in for the official `deepl` clients
 with `server_url`, and for tools that let users set a DeepL endpoint. Its glossaries (v2 and v3) are
-api.deepl_glossaries; `glossary_id` here keeps a glossary's terms in the translation.
+api.deepl_glossaries; `glossary_id` here keeps a glossary's terms in the translation, `glossary_ids` (up to five)
+those of several (the first one's target where two hold a source term).
 
 Authentication: `Authorization: DeepL-Auth-Key KEY`, or the legacy `auth_key` parameter. Bodies are JSON or
 urlencoded forms (`text` repeated). Errors are `{"message": "..."}`: 400 bad request, 403 key rejected, 413 too
@@ -16,7 +17,7 @@ instructions nor style rules. `GET /v3/languages?resource=` lists the languages 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
 from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
@@ -35,6 +36,7 @@ from .resending import resendable
 from .streaming import json_response, until_disconnect
 
 MAX_TEXTS = 50  # DeepL's limit per request
+MAX_GLOSSARY_IDS = 5  # glossaries one translate request may name (DeepL's, as its client checks)
 NO_CHARACTER_LIMIT = 1_000_000_000_000  # the character_limit DeepL reports for an account without a limit
 AUTH_KEY = KeySending("deepl-auth-key", "auth_key", "Invalid auth key: send Authorization: DeepL-Auth-Key <key>")
 GLOSSARY_NEEDS_SOURCE = "Use of a glossary requires the source_lang parameter to be specified"
@@ -118,6 +120,7 @@ class DeepLTranslateForm(BaseModel):
     context: str | None = None
     model_type: Literal["quality_optimized", "latency_optimized", "prefer_quality_optimized"] | None = None
     glossary_id: str | None = None
+    glossary_ids: list[str] = Field([], max_length=MAX_GLOSSARY_IDS)
     show_billed_characters: bool = False
     custom_instructions: list[str] = []
     style_id: str | None = None
@@ -225,13 +228,17 @@ async def caller(request: Request, work: bool = False) -> tuple[str, Params]:
 
 
 async def glossary_terms(request: Request, who: str, glossary_id: str | None, source_lang: str | None,
-                         target_lang: str) -> Entries:
-    """The entries of the glossary a text or document request names (none without glossary_id), in DeepL's errors:
-    400 without source_lang or for a glossary without that language pair, 404 for one unknown to the caller's key."""
-    if glossary_id is None:
+                         target_lang: str, glossary_ids: Sequence[str] = ()) -> Entries:
+    """The entries of the glossaries a text or document request names (none without glossary_id or glossary_ids),
+    in DeepL's errors: 400 for both, without source_lang or for a glossary without that language pair, 404 for one
+    unknown to the caller's key."""
+    if glossary_id is not None and glossary_ids:
+        raise InvalidRequest("glossary_ids cannot be used together with glossary_id", field="glossary_ids")
+    named = [glossary_id] if glossary_id is not None else list(glossary_ids)
+    if not named:
         return ()
     glossaries = served(request).glossaries
-    return await glossaries.terms(glossaries.owner(who), glossary_id, source_lang, target_lang)
+    return await glossaries.merged_terms(glossaries.owner(who), named, source_lang, target_lang)
 
 
 @router.post("/v2/translate", response_model=DeepLTranslateResponse)
@@ -239,12 +246,13 @@ async def glossary_terms(request: Request, who: str, glossary_id: str | None, so
 async def translate(request: Request):
     state = served(request)
     who, params = await caller(request, work=True)
-    data = present(params, list(DeepLTranslateForm.model_fields), lists=("text", "custom_instructions"))
+    data = present(params, list(DeepLTranslateForm.model_fields), lists=("text", "custom_instructions", "glossary_ids"))
     data.update({name: tag_list(params, name) for name in TAG_LISTS if name in params})
     form = validated(DeepLTranslateForm, data, missing, invalid)
     dispatch.check_items(len(form.text), MAX_TEXTS)
     check_served(state.provider, form.source_lang, form.target_lang)
-    glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang)
+    glossary = await glossary_terms(request, who, form.glossary_id, form.source_lang, form.target_lang,
+                                    form.glossary_ids)
     job = TranslationJob(
         texts=tuple(form.text), fields=tuple(f"text[{i}]" for i in range(len(form.text))),
         source_lang=canonical(form.source_lang) if form.source_lang else None, target_lang=canonical(form.target_lang),

@@ -118,6 +118,16 @@ class Glossaries:
                                  f"match source_lang and target_lang)", field="glossary_id")
         return await self.entries(owner, glossary_id, source, target)
 
+    async def merged_terms(self, owner: str, glossary_ids: Sequence[str], source_lang: str,
+                           target_lang: str) -> Entries:
+        """The entries of several glossaries for one language pair (terms() of each), the first glossary's target
+        where two hold the same source term."""
+        merged: dict[str, str] = {}
+        for glossary_id in glossary_ids:
+            for source, target in await self.terms(owner, glossary_id, source_lang, target_lang):
+                merged.setdefault(source, target)
+        return tuple(merged.items())
+
 
 def _found(answer):
     if answer is None:

@@ -53,6 +53,23 @@ def test_a_stored_glossary_reaches_the_job_through_v1_and_deepl(client, jobs, v2
     assert [job.glossary for job in jobs] == [(("forty-two", "quarante-trois"), ("seven", "huit"))] * 2
 
 
+def test_deepl_glossary_ids_keep_the_terms_of_each_the_first_one_winning(client, jobs, v2_glossary):
+    r = client.post("/v2/glossaries", json={"name": "more", "source_lang": "EN", "target_lang": "FR",
+                                            "entries": "seven\tneuf\nnine\tdix", "entries_format": "tsv"})
+    other = r.json()["glossary_id"]
+    try:
+        body = {"text": ["seven"], "source_lang": "EN", "target_lang": "FR"}
+        r = client.post("/v2/translate", json={**body, "glossary_ids": [v2_glossary, other]})
+        assert r.status_code == 200, r.text
+        assert jobs[-1].glossary == (("forty-two", "quarante-trois"), ("seven", "huit"), ("nine", "dix"))
+        both = client.post("/v2/translate", json={**body, "glossary_ids": [other], "glossary_id": v2_glossary})
+        assert both.status_code == 400 and "glossary_ids" in both.json()["message"]
+        many = client.post("/v2/translate", json={**body, "glossary_ids": [other] * 6})
+        assert many.status_code == 400 and "glossary_ids" in many.json()["message"]
+    finally:
+        client.delete(f"/v2/glossaries/{other}")
+
+
 def test_a_glossary_pair_matches_any_code_of_its_languages(client, jobs, v2_glossary):
     r = translate(client, glossary_id=v2_glossary, source_lang="eng", target_lang="FR-CA")
     assert r.status_code == 200, r.text
