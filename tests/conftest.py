@@ -26,6 +26,11 @@ if XDIST_WORKER:
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
+# schemathesis imports its JSON-schema strategies at first use, inside a fuzz test, where pytest's assertion
+# rewriting parses them; a CI run's parse there failed with CPython 3.11.7's "AST constructor recursion depth
+# mismatch" (the recursion limit changed under it, as Hypothesis sets and restores it). Imported at collection.
+import schemathesis.specs.openapi.adapter.parameters  # noqa: E402,F401
+
 LAYERS = ("model", "server", "e2e", "tools")  # tests/<layer>/: each test carries its folder's marker
 
 

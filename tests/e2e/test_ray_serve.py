@@ -661,11 +661,11 @@ def test_the_autoscaler_receives_the_engines_rows_in_use_and_waiting(serve_url, 
 
         assert eventually(lambda: engine_rows() == 64, timeout=30, interval=0.1), seen[-1]
         reports = set()
-        while len(reports) < 5 and request.is_alive():  # five reports while pairs of sentences finish
+        while len(reports) < 5 and request.is_alive():  # up to five reports while pairs of sentences finish
             engine_rows()
             reports.update((t, rows) for t, rows in reported_rows("rows") if t > seen[0][0] + 2 * METRICS_INTERVAL_S)
             time.sleep(0.1)
-        assert len(reports) == 5
+        assert len(reports) >= 3, reports  # the request may end sooner on a fast box
         for t, rows in reports:
             assert rows in {r for at, r in seen if t - 2 * METRICS_INTERVAL_S <= at <= t}, (t, rows, seen)
         assert max(rows for _, rows in reports) > 8  # not an idle replica's

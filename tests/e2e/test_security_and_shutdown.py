@@ -100,7 +100,7 @@ def test_a_stuck_engine_step_fails_readiness_then_health(checkpoint):
                         engine_process=False)  # a step
     # of this process's engine loop is made to hang
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
-    service = models.services[models.registry.default]
+    service = models.services[models.registry.resolve(None)]
     entered, release = threading.Event(), threading.Event()
     execute = service.engine.engine.execute
 
