@@ -522,7 +522,7 @@ def check_crash_recovery(url, handle, retried: bool):
         time.sleep(2)
         # the replica that loaded the model: the other forwards its requests there (runtime.forwarding)
         holders = eventually(lambda: {d["pid"] for d in (handle.describe.remote().result() for _ in range(4))
-                                      if d["models"]}, timeout=60)
+                                      if d["models"]}, timeout=120)
         killed = min(holders)
         os.kill(killed, signal.SIGKILL)
         killed_at = time.monotonic()
