@@ -3,8 +3,8 @@
 The decoder owns a preallocated KV cache of `capacity` rows and the generation rules of each row. Live rows are
 kept compact in [0, n): when a request finishes, rows from the tail are moved into its holes, so a step always
 reads contiguous views. A step copies its inputs to the device once and the choices of every kind of search
-(model.decoding.kinds: greedy tokens, beam candidates) back once; everything between stays on the device. With static_shapes the network runs at fixed
-shapes (model.kernels.static_step), captured as CUDA graphs on a GPU.
+(model.decoding.kinds: greedy tokens, beam candidates) back once; everything between stays on the device. With
+static_shapes the network runs at fixed shapes (model.kernels.static_step), captured as CUDA graphs on a GPU.
 
 Dimensions: n live rows, R capacity (rows), L decoder layers, B new sources, S source length, H heads, Dh head size,
 V target vocabulary.
