@@ -44,7 +44,8 @@ class RemoteModel:
     for the model. When it picks this very replica, the job is served here instead: a stream through a handle
     back to the replica it came from loses items and hangs (Ray 2.60; between two replicas it does not), and a
     unary call to itself only adds a hop. A job whose replica died before answering (a stream: before its first
-    event) goes once more (runtime.replica_lost)."""
+    event) goes once more (runtime.replica_lost), here: this replica is alive, while Serve's router may still pick
+    the dead one (it holds the model) until it learns of the death."""
 
     def __init__(self, handle: DeploymentHandle, name: str, this_replica: str, local, timeout_s: float):
         self.name, self.handle = name, handle.options(multiplexed_model_id=name)
@@ -59,13 +60,16 @@ class RemoteModel:
 
     async def _unary(self, method: str, job):
         arrived = asyncio.get_running_loop().time()
-        return await once_more_if_lost(lambda _: self._unary_once(method, job), self.timeout_s, arrived)
+        # the second attempt (under a timeout) is the retry of a lost replica's job: served here
+        return await once_more_if_lost(lambda retry: self._unary_once(method, job, here=retry is not None),
+                                       self.timeout_s, arrived)
 
-    async def _unary_once(self, method: str, job):
+    async def _unary_once(self, method: str, job, here: bool):
         """`method` of Seq2SeqServer (and of HeldModel) on the replica Serve picks, or here."""
-        async with self._route(method, job) as replica:
-            if replica is not None:
-                return await self.handle.dispatch(replica, job)
+        if not here:
+            async with self._route(method, job) as replica:
+                if replica is not None:
+                    return await self.handle.dispatch(replica, job)
         return await getattr(await self.local(self.name), method)(job)
 
     def generate_events(self, job: GenerationJob) -> AsyncIterator[StreamEvent]:
@@ -77,24 +81,26 @@ class RemoteModel:
     async def _events(self, method: str, held_method: str, job) -> AsyncIterator:
         """The events of Seq2SeqServer's streaming `method` (HeldModel's `held_method` when served here)."""
         arrived = asyncio.get_running_loop().time()
-        events = await once_more_if_lost(lambda _: opened(self._events_once(method, held_method, job)),
-                                         self.timeout_s, arrived)
+        events = await once_more_if_lost(
+            lambda retry: opened(self._events_once(method, held_method, job, here=retry is not None)),
+            self.timeout_s, arrived)
         try:
             async for event in events:
                 yield event
         finally:
             await events.aclose()
 
-    async def _events_once(self, method: str, held_method: str, job) -> AsyncIterator:
-        async with self._route(method, job, stream=True) as replica:
-            if replica is not None:
-                stream = self.handle.dispatch(replica, job)
-                try:
-                    async for event in stream:
-                        yield event
-                finally:
-                    stream.cancel()
-                return
+    async def _events_once(self, method: str, held_method: str, job, here: bool) -> AsyncIterator:
+        if not here:
+            async with self._route(method, job, stream=True) as replica:
+                if replica is not None:
+                    stream = self.handle.dispatch(replica, job)
+                    try:
+                        async for event in stream:
+                            yield event
+                    finally:
+                        stream.cancel()
+                    return
         async for event in getattr(await self.local(self.name), held_method)(job):
             yield event
 

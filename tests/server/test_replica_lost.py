@@ -120,3 +120,62 @@ def test_routes_declare_what_may_be_sent_again():
         ("POST", "/v1/glossaries"), ("PATCH", "/v1/glossaries/g"), ("DELETE", "/v1/glossaries/g"),
         ("POST", "/v1/documents"), ("POST", "/v2/document"), ("POST", "/v2/document/ABC/result"),
         ("POST", "/v2/glossaries"), ("POST", "/v3/glossaries"), ("POST", "/v1/nothing")))
+
+
+class DeadReplicaHandle:
+    """A DeploymentHandle whose router keeps picking the replica "dead" (it holds the model) and whose calls to it
+    fail as a killed actor's do."""
+
+    def __init__(self):
+        self.chosen = 0
+
+    def options(self, **_):
+        return self
+
+    @contextlib.asynccontextmanager
+    async def choose_replica(self, job):
+        self.chosen += 1
+        yield type("Selection", (), {"replica_id": "dead"})()
+
+    def dispatch(self, selection, job):
+        return DeadReply()
+
+
+class DeadReply:
+    """A call's answer from a killed replica, unary (awaited) or streamed (iterated)."""
+
+    def __await__(self):
+        return self.__anext__().__await__()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        from ray.exceptions import ActorUnavailableError
+
+        raise ActorUnavailableError("the actor's process is gone", None)
+
+    def cancel(self):
+        pass
+
+
+def test_a_forwarded_job_whose_replica_died_goes_once_more_here():
+    """A replica forwards a job for a model it does not hold; the replica holding it dies: the job goes once more,
+    to this replica (alive), not back through a router that may pick the dead one again."""
+    from server.runtime.forwarding import RemoteModel
+
+    class Held:
+        async def translate(self, job):
+            return f"translated here: {job}"
+
+        async def generate_events(self, job):
+            yield f"generated here: {job}"
+
+    async def run():
+        handle = DeadReplicaHandle()
+        remote = RemoteModel(handle, "tiny", "this", lambda name: asyncio.sleep(0, Held()), timeout_s=60)
+        answer = await remote.translate("job")
+        events = [event async for event in remote.generate_events("job")]
+        return answer, events, handle.chosen
+
+    assert asyncio.run(run()) == ("translated here: job", ["generated here: job"], 2)
