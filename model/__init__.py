@@ -33,7 +33,7 @@ _HOMES = {
               "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
               "written_as"],
     ".translator": ["Translation", "Translator"],
-    ".speech": ["Segment", "SpeechOptions", "SpeechWindows", "Transcriber", "Transcript"],
+    ".speech": ["Segment", "SpeechOptions", "SpeechWindows", "Transcriber", "Transcript", "compression_ratio"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME_OF)

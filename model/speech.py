@@ -9,12 +9,15 @@ window's hypothesis, which gives its segments and where the next window starts. 
 share one continuous batch. The language, when not given, is detected first from the first window, as transformers
 does: a one-step source whose only allowed tokens are the model's languages.
 
-Not here: transformers' temperature fallback (its compression-ratio and log-probability thresholds), conditioning on
-earlier windows' text and no-speech detection (all off in its defaults); temperature > 0 samples each window once.
+The temperature fallback of Whisper's own transcribe (SpeechOptions.with_fallback; OpenAI's API at temperature 0): a
+window whose text compresses too well (a loop) or whose tokens are too unlikely is decoded again, sampled at the next
+temperature, and the last try stands. Sampling draws from the options' seed, so an audio's transcript is the same
+alone or in any batch. Not here: conditioning on earlier windows' text and no-speech detection.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,6 +46,7 @@ class Segment:
     text: str
     token_ids: tuple[int, ...]  # its timestamps included
     avg_logprob: float  # of the window it came from (OpenAI's verbose_json)
+    temperature: float = 0.0  # the window's decoding: 0 greedy or beams, else sampled
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,30 @@ class SpeechOptions:
     prompt: str | None = None  # text the decoder reads before each window (<|startofprev|>)
     timestamps: bool = True  # segments from timestamp tokens; always on past 30 s, which needs them to seek
     num_beams: int | None = None  # None: the checkpoint's default
-    temperature: float = 0.0  # > 0 samples (one beam)
+    temperature: float | tuple[float, ...] = 0.0  # > 0 samples (one beam); several: the fallback's, in order
+    # a window decoded again at the next temperature when its text's compression ratio is above the one or its
+    # tokens' average log-probability below the other (None: not checked)
+    compression_ratio_threshold: float | None = None
+    logprob_threshold: float | None = None
+    seed: int = 0  # the sampling's: each decoding of a window draws from seed + the decodings before it
     max_new_tokens: int | None = None  # per window; None: what the decoder's positions leave after the prompt
+
+    @classmethod
+    def with_fallback(cls, **choices) -> "SpeechOptions":
+        """Whisper's own transcribe defaults (openai-whisper's, faster-whisper's): temperatures 0 to 1 by 0.2,
+        compression ratio 2.4, average log-probability -1."""
+        return cls(**{"temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "compression_ratio_threshold": 2.4,
+                      "logprob_threshold": -1.0, **choices})
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        return self.temperature if isinstance(self.temperature, tuple) else (self.temperature,)
+
+
+def compression_ratio(text: str) -> float:
+    """Whisper's: the text's UTF-8 bytes over their zlib-compressed bytes (a repeating loop compresses well)."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 class SpeechWindows:
@@ -87,6 +113,8 @@ class SpeechWindows:
         prompt = bundle.tokenizer.encode(options.prompt) if options.prompt else []
         self.prompt = ([tokens.previous] + prompt) if prompt else []
         self.seek = 0  # the frame the next window starts at
+        self.tries = 0  # of the window at `seek`: its temperature's index
+        self.decodings = 0  # of this audio so far (the language's included): the next sampling's seed offset
         self.segments: list[Segment] = []
 
     @property
@@ -117,17 +145,21 @@ class SpeechWindows:
         if (self.options.max_new_tokens or 0) > room:
             raise ValueError(f"max_new_tokens {self.options.max_new_tokens} after a prompt of {len(prompt)} tokens "
                              f"exceeds the model's {tokens.max_target_positions} positions")
-        sampling = self.options.temperature > 0
+        temperature = self.options.temperatures[self.tries]
+        sampling = temperature > 0
         params = self.bundle.decode_params(num_beams=None if sampling else self.options.num_beams,
                                            max_new_tokens=self.options.max_new_tokens or room,
-                                           temperature=self.options.temperature if sampling else None)
+                                           temperature=temperature if sampling else None, do_sample=sampling,
+                                           seed=self.options.seed + self.decodings if sampling else None)
         stamps = TimestampRules(tokens.no_timestamps, tokens.max_initial_timestamp) if self.timestamps else None
         return replace(params, bad_words_ids=tuple((t,) for t in tokens.suppress), decoder_prompt=prompt,
                        suppress_at_begin=tokens.suppress_at_begin, timestamps=stamps)
 
     def take(self, hypothesis: Hypothesis) -> list[Segment]:
-        """The decoded window's best hypothesis → its segments (kept for transcript()); the seek moves on."""
+        """The decoded window's best hypothesis → its segments (kept for transcript()); the seek moves on. Nothing
+        when the window is to be decoded again, at the next temperature (next_source() gives it once more)."""
         ids = list(hypothesis.token_ids)
+        self.decodings += 1
         if self.detecting:
             codes = {token: code for code, token in self.tokens.languages.items()}
             self.language = codes[ids[0]]
@@ -136,14 +168,25 @@ class SpeechWindows:
         avg_logprob = hypothesis.score * n ** self.bundle.generation.length_penalty / n if n else 0.0
         if ids and ids[-1] == self.tokens.end:
             ids = ids[:-1]
+        if self.tries + 1 < len(self.options.temperatures) and self.falls_back(ids, avg_logprob):
+            self.tries += 1
+            return []
+        temperature = self.options.temperatures[self.tries]
         segments, advance = window_segments(ids, self.tokens.first_timestamp, min(self.frames - self.seek,
                                                                                    WINDOW_FRAMES))
         offset = self.seek * FRAME_SECONDS
-        out = [Segment(offset + start, offset + end, self.bundle.decode(list(part)), tuple(part), avg_logprob)
-               for start, end, part in segments]
+        out = [Segment(offset + start, offset + end, self.bundle.decode(list(part)), tuple(part), avg_logprob,
+                       temperature) for start, end, part in segments]
         self.segments += out
         self.seek += advance
+        self.tries = 0
         return out
+
+    def falls_back(self, ids: list[int], avg_logprob: float) -> bool:
+        """Whether a window's tokens (</s> dropped) fail the options' thresholds."""
+        ratio, least = self.options.compression_ratio_threshold, self.options.logprob_threshold
+        return ((ratio is not None and compression_ratio(self.bundle.decode(ids)) > ratio)
+                or (least is not None and avg_logprob < least))
 
     def transcript(self) -> Transcript:
         return Transcript(self.language or "en", self.duration, tuple(self.segments),

@@ -56,7 +56,8 @@ async def transcribe(request: Request):
     upload, fields = await file_form(request, FIELDS, lengths={"prompt": 2_000})
     kind, task = choice(fields, "format", FORMATS), choice(fields, "task", TASKS)
     samples = await speech.read(state.provider, await upload.read())
-    options = SpeechOptions(task=task, language=fields["language"], prompt=fields["prompt"])  # timestamps: always
+    # Whisper's own decoding, its temperature fallback included, as OpenAI's route at temperature 0; timestamps: always
+    options = SpeechOptions.with_fallback(task=task, language=fields["language"], prompt=fields["prompt"])
 
     async def work():
         transcription = await speech.transcribe(state.provider, SpeechJob(samples, options), fields["model"])

@@ -1,8 +1,8 @@
 """OpenAI's audio API over the front's speech door (front.speech): `POST /v1/audio/transcriptions` and
 `/v1/audio/translations` (into English, the speech model's own translate task), multipart as the official client
-sends them: `file`, `model`, `language` (transcriptions), `prompt`, `temperature`, `response_format` (json, text,
-srt, vtt, verbose_json), `timestamp_granularities[]` (segment; word is refused: no word timings are computed) and
-`stream` (json and text: `transcript.text.delta` events, one a segment, then `transcript.text.done`).
+sends them: `file`, `model`, `language` (transcriptions), `prompt`, `temperature` (0: Whisper's fallback,
+model.speech), `response_format` (json, text, srt, vtt, verbose_json), `timestamp_granularities[]` (segment; word is
+refused: no word timings are computed) and `stream` (json and text: `transcript.text.delta` events, one a segment, then `transcript.text.done`).
 
 `model` names a served speech model; OpenAI's own name `whisper-1`, when no model has that name, is the first one.
 Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`, as the completions' (openai.STYLE's table).
@@ -10,7 +10,6 @@ Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`, as the co
 
 from __future__ import annotations
 
-import zlib
 from typing import AsyncIterator, Literal
 
 from fastapi import Request
@@ -18,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import UploadFile
 
-from model import Segment, SpeechOptions, Transcript
+from model import Segment, SpeechOptions, Transcript, compression_ratio
 
 from ..domain import SpeechJob
 from ..errors import InvalidRequest, ServerError
@@ -73,8 +72,10 @@ async def answer(request: Request, task: str):
     samples = await speech.read(state.provider, await upload.read())
     # OpenAI's translations take no language: the spoken one is detected. Timestamps in every format, as Whisper's
     # own transcribe decodes, so that json's text is verbose_json's.
-    options = SpeechOptions(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt,
-                            temperature=body.temperature)
+    # Temperature 0 is OpenAI's "raised while the thresholds fail": Whisper's own fallback.
+    choices = dict(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt)
+    options = (SpeechOptions.with_fallback(**choices) if body.temperature == 0
+               else SpeechOptions(**choices, temperature=body.temperature))
     job, model = SpeechJob(samples, options), speech_model(request, body.model)
     if body.stream:
         return event_response(deltas((await speech.transcribe(state.provider, job, model)).events))
@@ -121,17 +122,16 @@ def response(transcript: Transcript, body: AudioRequest, task: str):
         return PlainTextResponse(subtitles(transcript.segments, body.response_format))
     return JSONResponse({"task": task, "language": language_name(transcript.language).lower(),
                          "duration": transcript.duration, "text": transcript.text,
-                         "segments": [segment_json(i, s, body.temperature) for i, s in enumerate(transcript.segments)],
+                         "segments": [segment_json(i, s) for i, s in enumerate(transcript.segments)],
                          "usage": usage})
 
 
-def segment_json(index: int, segment: Segment, temperature: float) -> dict:
+def segment_json(index: int, segment: Segment) -> dict:
     """A verbose_json segment: what the decoding knows (no `seek` and no `no_speech_prob`, which it does not
-    compute); the compression ratio as Whisper's own: the text's bytes over their zlib-compressed bytes."""
-    text = segment.text.encode("utf-8")
+    compute)."""
     return {"id": index, "start": segment.start, "end": segment.end, "text": segment.text,
-            "tokens": list(segment.token_ids), "temperature": temperature, "avg_logprob": segment.avg_logprob,
-            "compression_ratio": len(text) / len(zlib.compress(text)) if text else 0.0}
+            "tokens": list(segment.token_ids), "temperature": segment.temperature, "avg_logprob": segment.avg_logprob,
+            "compression_ratio": compression_ratio(segment.text)}
 
 
 async def deltas(events: AsyncIterator) -> AsyncIterator[str]:

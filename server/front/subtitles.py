@@ -28,14 +28,19 @@ def cue_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
+def cues(segments: Iterable[Timed]) -> list[tuple[Timed, str]]:
+    """The segments that have text, each with its cue text: a cue without text would end the file for readers."""
+    return [(s, text) for s in segments if (text := cue_text(s.text))]
+
+
 def srt(segments: Iterable[Timed]) -> str:
-    return "".join(f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{cue_text(s.text)}\n\n"
-                   for i, s in enumerate(segments, 1))
+    return "".join(f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{text}\n\n"
+                   for i, (s, text) in enumerate(cues(segments), 1))
 
 
 def vtt(segments: Iterable[Timed]) -> str:
-    return "WEBVTT\n\n" + "".join(f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{cue_text(s.text)}\n\n"
-                                  for s in segments)
+    return "WEBVTT\n\n" + "".join(f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{text}\n\n"
+                                  for s, text in cues(segments))
 
 
 def subtitles(segments: Iterable[Timed], kind: str) -> str:

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from audio_files import audio_bytes, declaring_hours, sine, zip_renamed
 from speech_double import SPEECH_MODEL, TRANSCRIPT, WithSpeech
+from model import SpeechOptions
 from server.api import create_app
 from server.settings import Settings
 
@@ -43,9 +44,11 @@ def openai_error(response, status, param):
 def test_json_and_text(client, models):
     answer = post(client, "/v1/audio/transcriptions", {"language": "en", "prompt": "numbers"})
     assert answer.json() == {"text": TRANSCRIPT.text, "usage": {"type": "duration", "seconds": 4.0}}
-    options = models.speech.jobs[-1].options
-    assert (options.task, options.language, options.prompt, options.temperature) == \
-        ("transcribe", "en", "numbers", 0.0)
+    # temperature 0 (the default) is OpenAI's fallback: Whisper's own
+    assert models.speech.jobs[-1].options == SpeechOptions.with_fallback(task="transcribe", language="en",
+                                                                          prompt="numbers")
+    post(client, "/v1/audio/transcriptions", {"temperature": "0.4"})
+    assert models.speech.jobs[-1].options == SpeechOptions(temperature=0.4)  # one draw, no thresholds
     assert models.speech.jobs[-1].samples.shape == (16_000,)
     answer = post(client, "/v1/audio/transcriptions", {"response_format": "text"})
     assert answer.headers["content-type"].startswith("text/plain") and answer.text == TRANSCRIPT.text

@@ -26,3 +26,10 @@ def test_srt_and_vtt():
     assert srt(segments) == "1\n00:00:00,000 --> 00:00:01,500\none\n\n2\n00:01:01,250 --> 01:00:00,000\ntwo\n\n"
     assert vtt(segments) == "WEBVTT\n\n00:00:00.000 --> 00:00:01.500\none\n\n00:01:01.250 --> 01:00:00.000\ntwo\n\n"
     assert srt([]) == "" and vtt([]) == "WEBVTT\n\n"
+
+
+def test_a_segment_without_text_makes_no_cue():
+    """A blank line ends a cue: an empty one would cut the file short for its readers."""
+    segments = [segment(0.0, 1.0, " one"), segment(1.0, 2.0, " "), segment(2.0, 3.0, " three")]
+    assert srt(segments) == "1\n00:00:00,000 --> 00:00:01,000\none\n\n2\n00:00:02,000 --> 00:00:03,000\nthree\n\n"
+    assert vtt(segments).count(" --> ") == 2
