@@ -29,6 +29,7 @@ def test_a_loop_compresses_past_whispers_threshold_and_a_sentence_does_not():
     assert compression_ratio("") == 0.0
 
 
+@pytest.mark.slow
 def test_windows_that_pass_are_the_plain_decoding(transcriber):
     samples = speech(SECONDS)
     plain = transcriber.transcribe(samples, SpeechOptions(language="en", max_new_tokens=NEW_TOKENS))
@@ -37,6 +38,7 @@ def test_windows_that_pass_are_the_plain_decoding(transcriber):
     assert passing == plain and {s.temperature for s in passing.segments} == {0.0}
 
 
+@pytest.mark.slow
 def test_a_window_that_fails_is_decoded_at_every_temperature_and_the_last_stands(transcriber, monkeypatch):
     tried = []  # each decoding's temperature, as the windows ask for it
     asked = SpeechWindows.decode_params
@@ -53,6 +55,7 @@ def test_a_window_that_fails_is_decoded_at_every_temperature_and_the_last_stands
     assert {s.temperature for s in transcript.segments} == {1.0}
 
 
+@pytest.mark.slow
 def test_the_draws_come_from_the_seed_alone_or_in_a_batch(transcriber):
     audios = [speech(SECONDS, seed=1), speech(12.0, seed=2)]
     options = fallback(logprob_threshold=-0.5)
