@@ -1,8 +1,8 @@
 """The web page at / in a real headless Chromium (Debian's chromium and chromium-driver, driven by selenium)
 against a real `python -m server --no-ray`: what the page shows equals what the API answers for the same input.
 After every test the browser's console holds no error but the statuses the test provoked, and every resource
-the page loaded came from the server. One browser for the module, one server of the demo model, and one with a
-tiny random Whisper beside it for the speech view."""
+the page loaded came from the server. One browser for the module (its microphone Chromium's fake one, a beep),
+one server of the demo model, and one with a tiny random Whisper beside it for the speech view."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ MODELS = ("demo-numbers", "demo-numbers-b")
 RATE_LIMIT = 3  # requests a minute for the key of the keyed server
 # CSS pixels wide: a phone held upright; a 1280-pixel window at 200 % zoom (zoom divides the CSS width)
 NARROW_WIDTHS = (360, 640)
+FAKE_MICROPHONE = ("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream")
 WHISPER_TOKENS = 40  # a random Whisper's window runs to this bound: kept short
 SPEECH_SECONDS = 8.0  # a file of several windows, each streamed as its own delta
+RECORD_SECONDS = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +61,21 @@ def speech_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(downloads):
+    """Chromium with its fake microphone, allowed without asking (loadtests.browser.chrome takes no more switches:
+    its ChromeOptions is given them while it starts this one)."""
     if missing():
         pytest.skip(f"no headless browser: {missing()}")
-    driver = chrome(downloads)
+    from selenium import webdriver
+
+    class WithFakeMicrophone(webdriver.ChromeOptions):
+        def __init__(self):
+            super().__init__()
+            for switch in FAKE_MICROPHONE:
+                self.add_argument(switch)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(webdriver, "ChromeOptions", WithFakeMicrophone)
+        driver = chrome(downloads)
     yield driver
     driver.quit()
 
@@ -466,6 +480,52 @@ def test_subtitles_come_whole_from_the_native_route_with_a_link(speech_server, b
     assert browser.execute_async_script(LAST_SENT)["path"] == "v1/transcribe"
     name = re.search(r"filename\*=UTF-8''(\S+)", expected.headers["content-disposition"])[1]  # speech.<lang>.vtt
     assert by_id(browser, "subtitles-download").text == f"Download {name}"
+
+
+def test_a_recording_from_the_microphone_is_sent_as_a_wav_and_transcribed(speech_server, browser):
+    """Chromium's fake microphone recorded for a second and a half: the page shows the time while it records, then
+    sends a 16 kHz 16-bit mono WAV of about that long, which the server reads, and shows its transcript."""
+    import io
+
+    import numpy
+    import soundfile
+
+    open_speech_view(browser, speech_server.url)
+    record, status = by_id(browser, "record"), by_id(browser, "speech-status")
+    assert record.is_displayed() and record.text == "Record"
+    record.click()
+    wait(browser, lambda: status.text.startswith("Recording"))
+    started = time.monotonic()
+    time.sleep(RECORD_SECONDS)
+    assert re.fullmatch(r"Recording 0:0[12] \(at most 10:00\)", status.text), status.text
+    assert record.text == "Stop" and not by_id(browser, "transcribe").is_enabled()
+    record.click()
+    recorded = time.monotonic() - started
+    shown = transcribed(browser)
+    sent = browser.execute_async_script(LAST_SENT)
+    assert (sent["path"], sent["name"]) == ("v1/audio/transcriptions", "recording.wav")
+    data = base64.b64decode(sent["bytes"])
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    info = soundfile.info(io.BytesIO(data))
+    assert (info.format, info.subtype, info.channels, rate) == ("WAV", "PCM_16", 1, 16_000)
+    assert numpy.abs(samples).max() > 0.05  # the fake microphone's beep, not silence
+    expected = native_transcription(speech_server.url, "recording.wav", data)
+    # at least most of the time waited (a busy machine's audio thread may drop a little), at most the time between
+    # the clicks
+    assert 1.0 <= expected["duration"] <= recorded + 0.3, (expected["duration"], recorded)
+    assert shown == expected["text"]
+    assert by_id(browser, "audio").get_property("files")  # the recording is the chosen file, to send again
+
+
+def test_a_browser_without_a_microphone_api_shows_no_record_button(speech_server, browser):
+    hidden = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                     {"source": "delete MediaDevices.prototype.getUserMedia;"})
+    try:
+        browser.get(speech_server.url + "/?view=speech")
+        wait(browser, lambda: by_id(browser, "tab-speech").is_displayed())
+        assert not by_id(browser, "record").is_displayed() and by_id(browser, "transcribe").is_displayed()
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hidden["identifier"]})
 
 
 def test_a_server_with_keys_asks_for_one(browser, clean_console):

@@ -1,21 +1,29 @@
-// The speech view (shown when the server has a speech model): an audio file chosen, its transcript shown as text or
-// as subtitles, in the spoken language or translated by the text models (timings kept), with a link to save the
-// subtitles. The plain transcript streams from OpenAI's /v1/audio/transcriptions, a segment at a time as its window
-// is decoded; subtitles and translations come whole from /v1/transcribe (there is no subtitle stream, and the cues
-// are translated together once all are known).
+// The speech view (shown when the server has a speech model): an audio file chosen or recorded from the microphone,
+// its transcript shown as text or as subtitles, in the spoken language or translated by the text models (timings
+// kept), with a link to save the subtitles. The plain transcript streams from OpenAI's /v1/audio/transcriptions, a
+// segment at a time as its window is decoded; subtitles and translations come whole from /v1/transcribe (there is
+// no subtitle stream, and the cues are translated together once all are known).
 
 import { ApiError, call, events } from "./api.js";
 import { fillSelect, languageName } from "./catalog.js";
 import { downloadName, offer } from "./files.js";
+import { Recorder, canRecord } from "./recorder.js";
+
+// The server's default limit of an audio file's duration: the page cannot read the server's own, and a server set
+// lower refuses a longer recording with a 400 naming its limit, shown as any error.
+const MAX_RECORDING_S = 600;
 
 const $ = (id) => document.getElementById(id);
+const clock = (seconds) => `${Math.floor(seconds / 60)}:${String(Math.floor(seconds % 60)).padStart(2, "0")}`;
 
 export function setupSpeech({ catalog, report, changed }) {
   const model = $("speech-model"), target = $("subtitles-lang"), format = $("speech-format");
   const status = $("speech-status"), link = $("subtitles-download"), output = $("transcript");
-  const audio = $("audio"), transcribeButton = $("transcribe");
+  const audio = $("audio"), recordButton = $("record"), transcribeButton = $("transcribe");
+  let recorder = null; // while recording
   $("tab-speech").hidden = catalog.speech.length === 0;
   $("speech-model-choice").hidden = catalog.speech.length < 2;
+  recordButton.hidden = !canRecord();
   fillSelect(model, catalog.speech.map((m) => m.id));
   fillSelect(target, catalog.languages(), (code) => `${languageName(code)} (${code})`, [target.options[0]]);
 
@@ -48,14 +56,14 @@ export function setupSpeech({ catalog, report, changed }) {
   }
 
   async function transcribe() {
-    if (transcribeButton.disabled) return; // Ctrl+Enter while transcribing
+    if (recorder || transcribeButton.disabled) return; // Ctrl+Enter while recording or transcribing
     const file = audio.files[0];
-    if (!file) return report(new Error("Choose an audio file first."));
+    if (!file) return report(new Error(`Choose ${recordButton.hidden ? "" : "or record "}an audio file first.`));
     if (link.href) URL.revokeObjectURL(link.href);
     link.hidden = true;
     output.value = "";
     status.textContent = "Transcribing…";
-    transcribeButton.disabled = true;
+    transcribeButton.disabled = recordButton.disabled = true;
     try {
       await (format.value === "text" && !target.value ? streamed(file) : whole(file));
       status.textContent = "Done.";
@@ -64,11 +72,57 @@ export function setupSpeech({ catalog, report, changed }) {
       status.textContent = "";
       report(error);
     } finally {
-      transcribeButton.disabled = false;
+      transcribeButton.disabled = recordButton.disabled = false;
     }
+  }
+
+  function recording(on) {
+    recordButton.textContent = on ? "Stop" : "Record";
+    recordButton.classList.toggle("recording", on);
+    transcribeButton.disabled = on;
+  }
+
+  function showTime(seconds) {
+    status.textContent = `Recording ${clock(seconds)} (at most ${clock(MAX_RECORDING_S)})`;
+    if (seconds >= MAX_RECORDING_S && recorder) stop();
+  }
+
+  async function record() {
+    recordButton.disabled = true; // until the microphone is allowed or refused
+    status.textContent = "Asking for the microphone…";
+    try {
+      recorder = await Recorder.start(MAX_RECORDING_S, showTime);
+      recording(true);
+      report(null);
+    } catch (error) {
+      status.textContent = "";
+      report(new Error(`Microphone: ${error.message}`)); // "Permission denied", "Requested device not found"
+    } finally {
+      recordButton.disabled = false;
+    }
+  }
+
+  // The recording becomes the chosen file (Transcribe sends it again in another format), then is transcribed.
+  async function stop() {
+    const stopping = recorder;
+    recorder = null;
+    recording(false);
+    recordButton.disabled = true; // until the file is made
+    try {
+      const chosen = new DataTransfer();
+      chosen.items.add(await stopping.stop());
+      audio.files = chosen.files;
+    } catch (error) {
+      status.textContent = "";
+      return report(error);
+    } finally {
+      recordButton.disabled = false;
+    }
+    await transcribe();
   }
 
   for (const control of [model, target, format]) control.addEventListener("change", changed);
   transcribeButton.addEventListener("click", transcribe);
+  recordButton.addEventListener("click", () => (recorder ? stop() : record()));
   return { run: transcribe };
 }
