@@ -1,7 +1,8 @@
 """The web page at / in a real headless Chromium (Debian's chromium and chromium-driver, driven by selenium)
 against a real `python -m server --no-ray`: what the page shows equals what the API answers for the same input.
 After every test the browser's console holds no error but the statuses the test provoked, and every resource
-the page loaded came from the server. One server and one browser for the module."""
+the page loaded came from the server. One browser for the module (its microphone Chromium's fake one, a beep),
+one server of the demo model, and one with a tiny random Whisper beside it for the speech view."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from audio_files import audio_bytes
 from loadtests.browser import chrome, missing
 from model import demo_model_dir
 from server_process import Scrape, eventually, running_server
+from whisper_fixtures import build_whisper, speech
 
 MAX_REQUEST_CHARS = 200  # small, so an over-long text is quick to type
 LONG_GENERATION = 500  # new tokens: long enough (about 2 s on 2 cores) to stop halfway
@@ -24,6 +27,10 @@ MODELS = ("demo-numbers", "demo-numbers-b")
 RATE_LIMIT = 3  # requests a minute for the key of the keyed server
 # CSS pixels wide: a phone held upright; a 1280-pixel window at 200 % zoom (zoom divides the CSS width)
 NARROW_WIDTHS = (360, 640)
+FAKE_MICROPHONE = ("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream")
+WHISPER_TOKENS = 40  # a random Whisper's window runs to this bound: kept short
+SPEECH_SECONDS = 8.0  # a file of several windows, each streamed as its own delta
+RECORD_SECONDS = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +50,32 @@ def downloads(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def speech_server(tmp_path_factory):
+    """A tiny random Whisper (random text, quick to decode: its windows bounded by max_new_tokens) and the demo
+    model, which the page's other views need."""
+    checkpoint = build_whisper(tmp_path_factory.mktemp("speech") / "tiny-whisper")
+    with running_server("--no-ray", "--model", str(checkpoint), "--model", str(demo_model_dir()),
+                        "--max-new-tokens", str(WHISPER_TOKENS), timeout=300) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
 def browser(downloads):
+    """Chromium with its fake microphone, allowed without asking (loadtests.browser.chrome takes no more switches:
+    its ChromeOptions is given them while it starts this one)."""
     if missing():
         pytest.skip(f"no headless browser: {missing()}")
-    driver = chrome(downloads)
+    from selenium import webdriver
+
+    class WithFakeMicrophone(webdriver.ChromeOptions):
+        def __init__(self):
+            super().__init__()
+            for switch in FAKE_MICROPHONE:
+                self.add_argument(switch)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(webdriver, "ChromeOptions", WithFakeMicrophone)
+        driver = chrome(downloads)
     yield driver
     driver.quit()
 
@@ -368,6 +397,135 @@ def test_a_generation_streams_and_the_stop_button_cancels_one(server, browser):
     assert eventually(lambda: Scrape.of(server.url).get("s2s_running_sequences") == 0, timeout=1.0)
     time.sleep(0.3)
     assert output.text == stopped_at and len(stopped_at.split()) < LONG_GENERATION
+
+
+# Installed in the page by the speech tests: every request the page makes (its path and form) kept in
+# window.sent, and every value the transcript box is given kept in window.shown.
+WATCH_THE_PAGE = """
+window.sent = [];
+const fetch = window.fetch;
+window.fetch = (path, init) => {
+  window.sent.push({ path: String(path), form: init?.body });
+  return fetch(path, init);
+};
+window.shown = [];
+const box = document.getElementById("transcript");
+const value = Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, "value");
+Object.defineProperty(box, "value", { get() { return value.get.call(this); },
+                                      set(text) { window.shown.push(text); value.set.call(this, text); } });
+"""
+
+# The last request the page sent: its path, its form's fields, and its file's name and bytes (base64).
+LAST_SENT = """
+const done = arguments[arguments.length - 1];
+const { path, form } = window.sent.at(-1);
+const file = form.get("file");
+const reader = new FileReader();
+reader.onload = () => done({ path, name: file.name, bytes: reader.result.split(",")[1],
+                             fields: Object.fromEntries([...form].filter(([field]) => field !== "file")) });
+reader.readAsDataURL(file);
+"""
+
+
+def open_speech_view(browser, url: str, query: str = "") -> None:
+    browser.get(f"{url}/?view=speech{query}")
+    wait(browser, lambda: by_id(browser, "tab-speech").is_displayed())
+    browser.execute_script(WATCH_THE_PAGE)
+
+
+def transcribed(browser, timeout: float = 120.0) -> str:
+    """The transcript the page shows once it says Done, no error shown."""
+    wait(browser, lambda: by_id(browser, "speech-status").text in ("Done.", ""), timeout)
+    assert (by_id(browser, "speech-status").text, by_id(browser, "error").text) == ("Done.", "")
+    return by_id(browser, "transcript").get_attribute("value")
+
+
+def native_transcription(url: str, name: str, data: bytes) -> dict:
+    answer = httpx.post(url + "/v1/transcribe", data={"format": "json"}, files={"file": (name, data)}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_transcript_streams_into_the_page_as_its_segments_come(speech_server, browser, tmp_path):
+    """The plain transcript comes from OpenAI's stream, a delta a segment appended as it arrives; what the page
+    ends with is the native API's whole answer for the same file."""
+    audio = tmp_path / "speech.flac"
+    audio.write_bytes(audio_bytes(speech(SPEECH_SECONDS), 16_000, ".flac"))
+    open_speech_view(browser, speech_server.url)
+    by_id(browser, "audio").send_keys(str(audio))
+    by_id(browser, "transcribe").click()
+    shown = transcribed(browser)
+    expected = native_transcription(speech_server.url, audio.name, audio.read_bytes())
+    assert shown == expected["text"]
+    sent = browser.execute_async_script(LAST_SENT)
+    assert (sent["path"], sent["fields"]["stream"], sent["name"]) == ("v1/audio/transcriptions", "true", audio.name)
+    # each segment's text appended to what was shown: the text grew in steps, at most one a segment
+    steps = browser.execute_script("return window.shown")
+    growing = [text for text in steps if text]
+    assert steps[0] == "" and growing[-1] == expected["text"]
+    assert 2 <= len(set(growing)) <= len(expected["segments"])
+    assert all(later.startswith(earlier) for earlier, later in zip(growing, growing[1:]))
+
+
+def test_subtitles_come_whole_from_the_native_route_with_a_link(speech_server, browser, tmp_path):
+    audio = tmp_path / "speech.wav"
+    audio.write_bytes(audio_bytes(speech(3.0), 16_000, ".wav"))
+    open_speech_view(browser, speech_server.url, "&speech_format=vtt")
+    by_id(browser, "audio").send_keys(str(audio))
+    by_id(browser, "transcribe").click()
+    shown = transcribed(browser)
+    expected = httpx.post(speech_server.url + "/v1/transcribe", data={"format": "vtt"},
+                          files={"file": (audio.name, audio.read_bytes())}, timeout=120)
+    assert shown == expected.text and shown.startswith("WEBVTT")
+    assert browser.execute_async_script(LAST_SENT)["path"] == "v1/transcribe"
+    name = re.search(r"filename\*=UTF-8''(\S+)", expected.headers["content-disposition"])[1]  # speech.<lang>.vtt
+    assert by_id(browser, "subtitles-download").text == f"Download {name}"
+
+
+def test_a_recording_from_the_microphone_is_sent_as_a_wav_and_transcribed(speech_server, browser):
+    """Chromium's fake microphone recorded for a second and a half: the page shows the time while it records, then
+    sends a 16 kHz 16-bit mono WAV of about that long, which the server reads, and shows its transcript."""
+    import io
+
+    import numpy
+    import soundfile
+
+    open_speech_view(browser, speech_server.url)
+    record, status = by_id(browser, "record"), by_id(browser, "speech-status")
+    assert record.is_displayed() and record.text == "Record"
+    record.click()
+    wait(browser, lambda: status.text.startswith("Recording"))
+    started = time.monotonic()
+    time.sleep(RECORD_SECONDS)
+    assert re.fullmatch(r"Recording 0:0[12] \(at most 10:00\)", status.text), status.text
+    assert record.text == "Stop" and not by_id(browser, "transcribe").is_enabled()
+    record.click()
+    recorded = time.monotonic() - started
+    shown = transcribed(browser)
+    sent = browser.execute_async_script(LAST_SENT)
+    assert (sent["path"], sent["name"]) == ("v1/audio/transcriptions", "recording.wav")
+    data = base64.b64decode(sent["bytes"])
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    info = soundfile.info(io.BytesIO(data))
+    assert (info.format, info.subtype, info.channels, rate) == ("WAV", "PCM_16", 1, 16_000)
+    assert numpy.abs(samples).max() > 0.05  # the fake microphone's beep, not silence
+    expected = native_transcription(speech_server.url, "recording.wav", data)
+    # at least most of the time waited (a busy machine's audio thread may drop a little), at most the time between
+    # the clicks
+    assert 1.0 <= expected["duration"] <= recorded + 0.3, (expected["duration"], recorded)
+    assert shown == expected["text"]
+    assert by_id(browser, "audio").get_property("files")  # the recording is the chosen file, to send again
+
+
+def test_a_browser_without_a_microphone_api_shows_no_record_button(speech_server, browser):
+    hidden = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                     {"source": "delete MediaDevices.prototype.getUserMedia;"})
+    try:
+        browser.get(speech_server.url + "/?view=speech")
+        wait(browser, lambda: by_id(browser, "tab-speech").is_displayed())
+        assert not by_id(browser, "record").is_displayed() and by_id(browser, "transcribe").is_displayed()
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hidden["identifier"]})
 
 
 def test_a_server_with_keys_asks_for_one(browser, clean_console):

@@ -54,7 +54,8 @@ export async function json(path, options) {
   return (await call(path, options)).json();
 }
 
-// The server-sent events of a streamed /v1/generate: each event's data as JSON, until [DONE].
+// The server-sent events of a stream (/v1/generate, /v1/audio/transcriptions): each event's data as JSON, until
+// [DONE] or the stream's end.
 export async function* events(response) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
