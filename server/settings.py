@@ -13,7 +13,8 @@ class Settings:
     model: str | None = None  # checkpoint directory; None = the embedded demo model
     device: str = "auto"  # auto = cuda when available
     dtype: str = "auto"  # auto = float16 on cuda; on the cpu bfloat16 where it has native bfloat16, else float32
-    pack_tied_output: bool = True  # float32, bfloat16 on cpu: a tied output projection gets copies (faster, more memory)
+    # float32, bfloat16 on cpu: a tied output projection gets copies (faster, more memory)
+    pack_tied_output: bool = True
     cuda_graphs: bool = True  # on cuda: the decoder step at static shapes, captured as CUDA graphs at start-up
     traced: bool = True  # on the cpu: encoder passes and decoder steps run as TorchScript traces (model/kernels)
     host: str = "127.0.0.1"

@@ -52,7 +52,8 @@ ANYWHERE = -1  # a start mask with every bit set: every constraint may begin, no
 # ids in no constraint: every token outside the constraints moves a state as one of these two, by whether it begins
 # a word (` mille`, `,`, </s>) or continues the word before it (`-neuf`, `echs`: DecodeParams.glued)
 OTHER_TOKEN, GLUED_TOKEN = -1, -2
-PARTIAL, ELSEWHERE, PLACED = 0, 1, 2  # a hypothesis' tier: some constraint missing; all met, some not placed; all placed
+# a hypothesis' tier: some constraint missing; all met, some not placed; all placed
+PARTIAL, ELSEWHERE, PLACED = 0, 1, 2
 
 
 class Constraints:
@@ -421,8 +422,8 @@ class ConstrainedBeamSearch(Search):
 def constrained_choices(searches: list[ConstrainedBeamSearch], logprobs: torch.Tensor, top: Callable,
                         alignment: Callable) -> list[torch.Tensor]:
     """What the constrained searches choose from, on the device: their rows' top W log-probabilities and tokens
-    (m, W), the log-probabilities of the tokens that continue their constraints and </s> (m, 2C + 1), padded to the widest, and
-    the source word each row attends to most (m,) (attended_words: alignment)."""
+    (m, W), the log-probabilities of the tokens that continue their constraints and </s> (m, 2C + 1), padded to the
+    widest, and the source word each row attends to most (m,) (attended_words: alignment)."""
     rows = torch.tensor([r for s in searches for r in s.rows], device=logprobs.device)
     mine = logprobs.index_select(0, rows)  # (m, V)
     # 2·k for the own beam search, 2·(constraint rows) for the constraint beams

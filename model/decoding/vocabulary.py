@@ -36,8 +36,8 @@ def vocabulary_argmax(scores: torch.Tensor) -> torch.Tensor:
 
 
 def block_maxima(scores: torch.Tensor, min_blocks: int) -> torch.Tensor | None:
-    """(R, V) scores → each block's maximum (R, ⌈V / TOP_K_BLOCK⌉); None where blocks do not pay (a GPU, fewer than
-    min_blocks blocks)."""
+    """(R, V) scores → each block's maximum (R, ⌈V / TOP_K_BLOCK⌉); None where blocks do not pay (a GPU, fewer
+    than min_blocks blocks)."""
     rows, vocab = scores.shape
     if scores.device.type != "cpu" or vocab < min_blocks * TOP_K_BLOCK:
         return None

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     pad = config.pad_token_id
     src = padded([tokenizer.encode(s) for s, _ in pairs], pad)  # (N, S)
     tgt = padded([[pad] + tokenizer.encode(t) for _, t in pairs], pad)  # (N, 1 + T): start token, pieces, </s>
-    print(f"{len(pairs)} pairs, vocabulary {len(vocab)}, source ≤ {src.shape[1]}, target ≤ {tgt.shape[1] - 1} tokens")
+    print(f"{len(pairs)} pairs, vocabulary {len(vocab)}, source ≤ {src.shape[1]}, "
+          f"target ≤ {tgt.shape[1] - 1} tokens")
 
     model = Seq2SeqTransformer(config, dropout=0.1).to(device)
     for name, param in model.named_parameters():

@@ -89,8 +89,8 @@ def _packed(weight: torch.Tensor) -> torch.Tensor:
 
 
 def use_onednn_linears(model: nn.Module, enable: bool = True, pack_shared: bool = True) -> nn.Module:
-    """Route every Linear of a float32 or bfloat16 CPU model through oneDNN with packed weights (enable=False switches them
-    back to nn.Linear with plain weights). A weight other modules share stays as it is; with pack_shared its
+    """Route every Linear of a float32 or bfloat16 CPU model through oneDNN with packed weights (enable=False switches
+    them back to nn.Linear with plain weights). A weight other modules share stays as it is; with pack_shared its
     Linear gets a packed copy (one more matrix in memory)."""
     if enable and not torch.backends.mkldnn.is_available():
         return model

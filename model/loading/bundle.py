@@ -132,8 +132,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str = "floa
          traced: bool = True) -> ModelBundle:
     """A checkpoint directory or a Hub repo id (model.loading.hub; None: the embedded demo model) → ModelBundle.
     weights=False loads only the tokenizer and configs (network None), to describe a model without its memory.
-    pack_tied_output (float32 and bfloat16 on the CPU): an output projection tied to the embeddings multiplies by a packed copy
-    of them (faster steps, one more vocabulary × d_model matrix in memory).
+    pack_tied_output (float32 and bfloat16 on the CPU): an output projection tied to the embeddings multiplies by a
+    packed copy of them (faster steps, one more vocabulary × d_model matrix in memory).
     traced (on the CPU): the encoder and decoder steps run traced (kernels.traced_step). dtype: kernels.dtypes
     (`auto` picks for the device)."""
     model_dir = hub.model_dir(path) if path is not None else demo_model_dir()

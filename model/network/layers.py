@@ -111,8 +111,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
 
 
 class RMSNorm(nn.RMSNorm):
-    """T5's norm, x / √(mean(x²) + eps) · weight. float32 on the CPU writes it out in six operators: the same numbers
-    as torch's rms_norm, which takes ten there (two dtype copies among them), so a step with many norms is faster."""
+    """T5's norm, x / √(mean(x²) + eps) · weight. float32 on the CPU writes it out in six operators: the same
+    numbers as torch's rms_norm, which takes ten there (two dtype copies among them), so a step with many norms is
+    faster."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu":

@@ -23,8 +23,8 @@ from fastapi import Request
 from pydantic import BaseModel, Field, field_validator
 
 from ..domain import TextOptions, TranslatedText, TranslationJob, TranslationResult
-from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidMarkup, InvalidRequest, LanguageNotServed, NotFollowed,
-                      ServerError, TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
+from ..errors import (BodyTooLarge, GlossaryNeedsLanguage, InvalidMarkup, InvalidRequest, LanguageNotServed,
+                      NotFollowed, ServerError, TooManyCharacters, TooManyGlossaries, TooManyItems, UnsupportedFileType)
 from ..front import dispatch
 from ..front.access import QuotaExceeded, characters
 from ..front.served_languages import ServedLanguages, canonical, check_served, language_name

@@ -2,7 +2,8 @@
 `/v1/audio/translations` (into English, the speech model's own translate task), multipart as the official client
 sends them: `file`, `model`, `language` (transcriptions), `prompt`, `temperature` (0: Whisper's fallback,
 model.speech), `response_format` (json, text, srt, vtt, verbose_json), `timestamp_granularities[]` (segment; word is
-refused: no word timings are computed) and `stream` (json and text: `transcript.text.delta` events, one a segment, then `transcript.text.done`).
+refused: no word timings are computed) and `stream` (json and text: `transcript.text.delta` events, one a segment,
+then `transcript.text.done`).
 
 `model` names a served speech model; OpenAI's own name `whisper-1`, when no model has that name, is the first one.
 Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`, as the completions' (openai.STYLE's table).

@@ -14,8 +14,8 @@ from ..domain import (DecodeOptions, GenerationJob, GenerationResult, ScoredText
                       TranslatedText, TranslationJob, TranslationResult)
 from ..engine.loop import EngineHandle
 from ..engine.sequence import ErrorOutput, FinalOutput, TokenOutput
-from ..errors import (InvalidMarkup, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows, TooManySentences,
-                      TooManyTokens)
+from ..errors import (InvalidMarkup, InvalidRequest, RequestTimeout, SamplingNeedsOneBeam, TooManyRows,
+                      TooManySentences, TooManyTokens)
 from ..settings import Settings
 from .detokenize import IncrementalDetokenizer, cut_at_stop
 from .decoding import decode_all

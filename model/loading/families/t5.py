@@ -4,8 +4,9 @@ without the 1/√d scaling, no biases, FFN ReLU (v1.0) or gated-GELU (v1.1, flan
 
 Output: tied to the shared embedding and rescaled by d_model^-0.5 unless config.json says
 tie_word_embeddings: false (v1.1) or it is an mT5, then lm_head.weight (transformers 5 falls back to the shared
-embedding when the file has none) and no rescaling (transformers 5 writes its choice as scale_decoder_outputs). The decoder starts from pad. Tokenizer: T5's (tokenizer.json, or spiece.model with
-<extra_id_N> sentinels at the end of the vocabulary), </s> appended. MADLAD names the target language with a
+embedding when the file has none) and no rescaling (transformers 5 writes its choice as scale_decoder_outputs).
+The decoder starts from pad. Tokenizer: T5's (tokenizer.json, or spiece.model with <extra_id_N> sentinels at the end
+of the vocabulary), </s> appended. MADLAD names the target language with a
 `<2xx>` token at the start of the source text.
 """
 
