@@ -30,8 +30,8 @@ _HOMES = {
     ".network.architecture": ["ModelConfig"],
     ".network.transformer": ["Seq2SeqTransformer"],
     ".text": ["FORMATS", "SPLIT_MODES", "SUFFIXES", "PreparedText", "PreparedTexts", "FileError", "FileTooLarge",
-              "MarkupError", "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
-              "written_as"],
+              "MarkupError", "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file",
+              "text_content", "written_as"],
     ".translator": ["Translation", "Translator"],
     ".speech": ["Segment", "SpeechOptions", "SpeechWindows", "Transcriber", "Transcript", "compression_ratio"],
 }

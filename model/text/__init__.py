@@ -9,5 +9,5 @@ from .parsed import FileError, FileTooLarge, ParsedFile
 from .segment import SPLIT_MODES, WordTooLong
 
 __all__ = ["FORMATS", "SPLIT_MODES", "SUFFIXES", "PreparedText", "PreparedTexts", "FileError", "FileTooLarge",
-           "MarkupError", "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file", "text_content",
-           "translate_texts", "written_as"]
+           "MarkupError", "ParsedFile", "WordTooLong", "detect_language", "detectable", "prepare", "read_file",
+           "text_content", "translate_texts", "written_as"]

@@ -5,8 +5,8 @@ A word alignment is a list of (source word index, target word index) pairs for o
 runs of word characters and runs of punctuation). The model gives it from the decoder's cross-attention
 (model/alignment.py: each target word goes with the source word its tokens attend to most), for the units that
 hold marks (`PreparedText.marked_units`); `alignment=None` maps word positions proportionally (word i of n → word
-round(i·m/n) of m). An opening mark goes before the first target word aligned with a source word it wraps, a closing one after
-the last target word aligned with a source word before it. Marks keep their source order (a mark is never put
+round(i·m/n) of m). An opening mark goes before the first target word aligned with a source word it wraps, a closing
+one after the last target word aligned with a source word before it. Marks keep their source order (a mark is never put
 before an earlier one): a tag is never dropped, duplicated or crossed with another; where the alignment reorders
 words across a tag, the tag's span shrinks.
 """
