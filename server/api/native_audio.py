@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
-from model import SpeechOptions
+from model import AUDIO_SUFFIXES, SpeechOptions
 
 from ..domain import SpeechJob
 from ..errors import InvalidRequest
@@ -79,5 +79,5 @@ async def transcribe(request: Request):
 
 def add_routes(routes: APIRouter) -> None:
     routes.add_api_route("/v1/transcribe", transcribe, methods=["POST"], response_model=TranscribeResponse,
-                         response_model_exclude_none=True, openapi_extra=form_schema(*FIELDS),
+                         response_model_exclude_none=True, openapi_extra=form_schema(*FIELDS, suffixes=AUDIO_SUFFIXES),
                          responses={200: {"content": {"text/plain": {}, **{m: {} for m in MEDIA.values()}}}})
