@@ -136,11 +136,11 @@ def test_a_job_over_its_quota_ends_as_an_error_saying_so_and_the_server_goes_on(
         assert poor.post("/v1/translate", json={"text": "seven", "target_lang": "de"}).status_code == 200
 
 
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (Debian: apt-get install "
+                    "espeak-ng): it makes this test's speech")
 def test_real_speech_from_espeak_ng(client, tmp_path):
     """Debian's espeak-ng speaks a sentence into a 22,050 Hz WAV: decoded to 16 kHz mono of the same duration, and
     a document job of it completes."""
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (Debian: apt-get install espeak-ng): it makes this test's speech")
     path = tmp_path / "spoken.wav"
     subprocess.run(["espeak-ng", "-w", str(path), "Forty-two people walked seven hundred miles."], check=True,
                    timeout=60)
