@@ -15,7 +15,7 @@ import importlib
 
 _HOMES = {
     ".alignment": ["AlignmentInput", "word_alignments"],
-    ".audio.decode": ["AUDIO_FORMATS", "SAMPLE_RATE", "read_audio"],
+    ".audio.decode": ["AUDIO_FORMATS", "AUDIO_SUFFIXES", "SAMPLE_RATE", "read_audio"],
     ".decoding.batch_decoder": ["BatchDecoder", "Encoded", "StepEvent"],
     ".glossary": ["Glossary", "UnspellableTerm", "check_terms", "term_ids", "with_glossary"],
     ".decoding.search": ["DecodeParams", "Hypothesis", "new_tokens_within"],

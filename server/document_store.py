@@ -161,6 +161,11 @@ class DocumentStore(LocalStore):
                         (characters_done, self.clock(), job_id))
 
     @one_at_a_time
+    def count(self, job_id: str, characters: int) -> None:
+        """A running job's characters, where they are known only once it runs (an audio job's, once transcribed)."""
+        self.db.execute("UPDATE jobs SET characters = ? WHERE id = ? AND status = 'translating'", (characters, job_id))
+
+    @one_at_a_time
     def finish(self, job_id: str, translated: bytes) -> None:
         """The job done: its translation written, its upload dropped."""
         self.path(job_id, "out").write_bytes(translated)

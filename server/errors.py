@@ -84,7 +84,7 @@ class LanguageNotServed(InvalidRequest):
 
 
 class UnsupportedFileType(BadBody):
-    """A document whose suffix is none of the kinds read (model.SUFFIXES)."""
+    """A file whose suffix is none of the kinds read (model.SUFFIXES, and on the native API model.AUDIO_SUFFIXES)."""
 
     def __init__(self, filename: str, suffix: str, supported: tuple[str, ...]):
         super().__init__(f"unsupported file type {suffix or '(none)'!r}; supported: {', '.join(supported)}",

@@ -24,6 +24,9 @@ from ..errors import AudioTooLarge, AudioTooLong, BadAudio
 SAMPLE_RATE = 16_000
 # libsndfile's containers this package reads (it parses more; these are the ones speech arrives in)
 AUDIO_FORMATS = ("WAV", "WAVEX", "RF64", "W64", "AIFF", "FLAC", "OGG", "MP3")
+# the file names they come under: what marks an upload as audio where a file's kind goes by its name (document jobs);
+# the decoding itself reads the content, whatever the name says
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 RATES = (1_000, 768_000)  # sample rates read, Hz: outside, a header is more likely hostile than real
 BLOCK_SAMPLES = 1 << 20  # samples (frames × channels) decoded at a time: the memory a many-channel file can take
 # What a header may declare beyond what decodes, as a share of its frames: encoders that write no exact length

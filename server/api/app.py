@@ -24,8 +24,8 @@ from ..glossary_store import GlossaryStore
 from ..key_store import KeyStore
 from ..settings import Settings
 from ..stores import Store
-from . import (deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_audio, native_glossaries,
-               openai, openai_audio, page)
+from . import (deepl, deepl_documents, deepl_glossaries, libretranslate, native, native_audio, native_documents,
+               native_glossaries, openai, openai_audio, page)
 from .deps import AppState, served
 from .errors import NATIVE, Names, names_of, route_path, validation_error
 from .middleware import BodyGuard, RequestMetrics, ScopedCORS
@@ -36,13 +36,15 @@ log = logging.getLogger(__name__)
 DISTRIBUTION = "seq2seq-serve"  # pyproject.toml's name: its version there is the only one written
 # the first that owns a path renders its errors
 STYLES = (libretranslate.STYLE, deepl.STYLE, openai.STYLE, openai_audio.STYLE, NATIVE)
-AUDIO_PATHS = openai_audio.PATHS | native_audio.PATHS
+AUDIO_PATHS = openai_audio.PATHS | native_audio.PATHS | native_documents.PATHS
 FORM_BYTES = 64 * 1024  # an audio form's fields and multipart framing, beside its file
 
 
 def body_limit(settings: Settings, path: str) -> int:
-    """A request's body limit: an audio route's file and its form fields, or max_body_bytes."""
-    return settings.max_audio_bytes + FORM_BYTES if path in AUDIO_PATHS else settings.max_body_bytes
+    """A request's body limit: max_body_bytes, or on a route that takes audio its file and form fields where that is
+    more (/v1/documents takes documents too: the front holds them to max_body_bytes)."""
+    audio = settings.max_audio_bytes + FORM_BYTES if path in AUDIO_PATHS else 0
+    return max(audio, settings.max_body_bytes)
 
 
 def render(path: str, error: ServerError, names: Names = Names()) -> Response:

@@ -10,12 +10,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
-from model import SpeechOptions
+from model import AUDIO_SUFFIXES, SpeechOptions
 
 from ..domain import SpeechJob
 from ..errors import InvalidRequest
 from ..front import speech
-from ..front.access import characters
 from ..front.subtitles import SUBTITLE_FORMATS, cue_text, subtitles
 from .deps import caller, served
 from .native_documents import file_form, form_schema
@@ -60,21 +59,19 @@ async def transcribe(request: Request):
     options = SpeechOptions.with_fallback(task=task, language=fields["language"], prompt=fields["prompt"])
 
     async def work():
-        transcription = await speech.transcribe(state.provider, SpeechJob(samples, options), fields["model"])
-        transcript = await speech.transcript(transcription.events)
-        segments, target = transcript.segments, fields["target_lang"]
-        if target:
-            texts = [cue_text(segment.text) for segment in segments]
-            segments = await speech.translated(state.provider, transcript, target, fields["translation_model"],
-                                               spending=state.keys.spending(caller(request), characters(texts)))
-        text = " ".join(cue_text(s.text) for s in segments) if target else transcript.text
+        target = fields["target_lang"]
+        shown = await speech.captions(state.provider, SpeechJob(samples, options), target,
+                                      charge=lambda count: state.keys.spending(caller(request), count),
+                                      model=fields["model"], translation_model=fields["translation_model"])
+        transcript, segments = shown.transcript, shown.segments
+        text = " ".join(cue_text(s.text) for s in segments) if shown.translated else transcript.text
         if kind in SUBTITLE_FORMATS:
             name = f"{PurePath(upload.filename or 'speech').stem}.{target or transcript.language}.{kind}"
             return attachment(subtitles(segments, kind).encode("utf-8"), name, MEDIA[kind])
         if kind == "text":
             return PlainTextResponse(text)
         return TranscribeResponse(
-            model=transcription.model, language=transcript.language, duration=transcript.duration, text=text,
+            model=shown.model, language=transcript.language, duration=transcript.duration, text=text,
             segments=[TimedText(start=s.start, end=s.end, text=cue_text(s.text)) for s in segments],
             target_lang=target)
 
@@ -83,5 +80,5 @@ async def transcribe(request: Request):
 
 def add_routes(routes: APIRouter) -> None:
     routes.add_api_route("/v1/transcribe", transcribe, methods=["POST"], response_model=TranscribeResponse,
-                         response_model_exclude_none=True, openapi_extra=form_schema(*FIELDS),
+                         response_model_exclude_none=True, openapi_extra=form_schema(*FIELDS, suffixes=AUDIO_SUFFIXES),
                          responses={200: {"content": {"text/plain": {}, **{m: {} for m in MEDIA.values()}}}})

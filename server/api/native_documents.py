@@ -1,6 +1,7 @@
 """The native API's document jobs (the same jobs as DeepL's document routes): `POST /v1/documents` (multipart:
 file, target_lang, source_lang?, output_format?, model?, glossary_id? or glossary?, as /v1/translate/file takes
-them) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` → its status and progress;
+them; an audio file becomes subtitles, .srt or output_format vtt, its source_lang the spoken language, its model the
+translation model) → 202 `{document_id, document_key, status}`; `GET /v1/documents/{id}` → its status and progress;
 `GET /v1/documents/{id}/result` → the translated file, once. The document key travels in the `X-Document-Key`
 header (never in a URL, which logs keep). Errors in the native shape: 404 for an unknown id, key or caller, 503
 `not_ready` before the file is done.
@@ -20,11 +21,13 @@ from model import SUFFIXES
 from ..document_store import Job
 from ..errors import BadBody, InvalidRequest
 from ..front import dispatch
+from ..front.document_jobs import DOCUMENT_SUFFIXES
 from ..front.served_languages import check_served
 from .deps import caller, served
 from .native_glossaries import job_glossary, json_object
 from .streaming import attachment
 
+PATHS = frozenset({"/v1/documents"})  # takes audio files: its body limit is max_audio_bytes
 KEY_HEADER = "x-document-key"
 FIELD_LENGTH = 200  # characters of a form's text field (languages, a model's name)
 
@@ -65,12 +68,12 @@ async def file_form(request: Request, names: tuple[str, ...],
     return upload, {name: form_text(form, name, (lengths or {}).get(name, FIELD_LENGTH)) for name in names}
 
 
-def form_schema(*names: str) -> dict:
-    """The OpenAPI description of a multipart form: `file` and the text fields `names`."""
+def form_schema(*names: str, suffixes: tuple[str, ...] = SUFFIXES) -> dict:
+    """The OpenAPI description of a multipart form: `file` (of one of `suffixes`) and the text fields `names`."""
     fields = {name: {"type": "string", "maxLength": FIELD_LENGTH} for name in names}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"],
-        "properties": {"file": {"type": "string", "format": "binary", "description": ", ".join(SUFFIXES)},
+        "properties": {"file": {"type": "string", "format": "binary", "description": ", ".join(suffixes)},
                        **fields}}}}}}
 
 
@@ -82,13 +85,14 @@ def form_text(form, name: str, max_length: int = FIELD_LENGTH) -> str | None:
 
 
 async def submit(request: Request):
-    """A file queued for translation (.txt, .html, .srt, .docx, ...): poll its status, then fetch its result."""
+    """A file queued for translation (.txt, .html, .srt, .docx, ...; audio made subtitles): poll its status, then
+    fetch its result."""
     state = served(request)
     upload, fields = await file_form(request, ("source_lang", "target_lang", "output_format", "model", "glossary_id",
                                                "glossary"), lengths={"glossary": state.settings.max_body_bytes})
-    dispatch.check_model(state.provider, fields["model"])
+    await dispatch.check_model(state.provider, fields["model"])
     if dispatch.is_auto(fields["source_lang"], detect_missing=False):
-        fields["source_lang"] = None  # the model's own source: a document's language is not detected
+        fields["source_lang"] = None  # the model's own source: a document's language is not detected (audio's is)
     check_served(state.provider, fields["source_lang"], fields["target_lang"])
     glossary = await job_glossary(state, caller(request), fields["glossary_id"],
                                   json_object(fields["glossary"], "glossary"), fields["source_lang"],
@@ -110,7 +114,8 @@ async def owned(request: Request, document_id: str) -> Job:
 async def status(document_id: str, request: Request):
     job = await owned(request, document_id)
     return DocumentProgress(document_id=job.id, filename=job.filename, status=job.status, characters=job.characters,
-                            progress=job.characters_done / job.characters if job.characters else 1.0,
+                            progress=job.characters_done / job.characters if job.characters
+                            else float(job.status == "done"),  # none counted yet (an audio job before its transcript)
                             seconds_remaining=served(request).jobs.seconds_remaining(job),
                             error_message=job.error_message)
 
@@ -125,7 +130,7 @@ def add_routes(routes: APIRouter) -> None:
     routes.add_api_route("/v1/documents", submit, methods=["POST"], status_code=202,
                          response_model=DocumentSubmitted,
                          openapi_extra=form_schema("source_lang", "target_lang", "model", "output_format",
-                                                   "glossary_id", "glossary"))
+                                                   "glossary_id", "glossary", suffixes=DOCUMENT_SUFFIXES))
     routes.add_api_route("/v1/documents/{document_id}", status, methods=["GET"], response_model=DocumentProgress,
                          response_model_exclude_none=True)
     routes.add_api_route("/v1/documents/{document_id}/result", result, methods=["GET"],

@@ -28,7 +28,7 @@ from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_langu
 from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
                       TranslationJob, TranslationResult)
 from ..errors import (BadBody, BodyTooLarge, InvalidMarkup, NotFollowed, TextTooLong, TooManyBeams, TooManyCharacters,
-                      TooManyItems, TooManyTexts, UnknownModel)
+                      TooManyItems, TooManyTexts)
 from ..settings import Settings
 from .language_support import serves
 from .provider import ModelProvider, ServedModel
@@ -55,10 +55,11 @@ def _candidates(provider: ModelProvider, model: str | None, target_lang: str | N
     return infos if everything else infos[:1]
 
 
-def check_model(provider: ModelProvider, model: str | None) -> None:
-    """A model named (None: the languages pick one) is served: UnknownModel otherwise."""
-    if model is not None and model not in {info.id for info in provider.models()}:
-        raise UnknownModel(f"model {model!r} is not served", field="model")
+async def check_model(provider: ModelProvider, model: str | None) -> None:
+    """A model named (None: the languages pick one) is a served translation model, as the registry resolves it:
+    UnknownModel, or NotSpeechModel for a speech model, otherwise."""
+    if model is not None:
+        await provider.get(model)
 
 
 def _source_languages(candidates: list[ModelInfo]) -> tuple[str, ...]:

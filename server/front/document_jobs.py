@@ -2,6 +2,12 @@
 broken or too large file is answered then), run in the background by whichever process of the machine claims it from
 the store (server.document_store), polled, and fetched once.
 
+A document (model.SUFFIXES) is translated in its own format. An audio file (model.AUDIO_SUFFIXES, the native API's
+only: DeepL and LibreTranslate translate documents, not speech) becomes subtitles, .srt or .vtt: transcribed by the
+first speech model served, its segments translated into target_lang (unless that is the spoken language) with their
+timings kept, as /v1/transcribe makes them (front.speech.captions); its source_lang, when given, is the spoken
+language (else the speech model detects it). It is charged the characters of its cues, counted once transcribed.
+
 Each process runs one job at a time, its texts in consecutive requests of `job_chunk_chars` characters: each one
 request of the scheduler's fair share, so a long document never holds more of the batch than one request may while
 short requests come and go. A job is charged its characters when it starts (refunded if it fails). While it runs its
@@ -14,40 +20,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import asynccontextmanager
 from pathlib import PurePath
 
-from model import SUFFIXES, written_as
+from model import AUDIO_SUFFIXES, SUFFIXES, SpeechOptions, written_as
 
 from ..document_store import DocumentStore, Job
-from ..errors import InvalidRequest, ServerError, UnsupportedFileType
+from ..domain import SpeechJob
+from ..errors import BodyTooLarge, InvalidRequest, ServerError, UnsupportedFileType
 from ..glossary_entries import Entries
 from ..settings import Settings
 from ..stores import Store
-from . import dispatch
+from . import dispatch, speech
 from .access import Keys
 from .provider import ModelProvider
+from .subtitles import SUBTITLE_FORMATS, subtitles
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often an idle runner looks for jobs submitted through other processes (and expired ones)
 FINISHED_POLL_S = 0.1  # how often a request waiting for its job looks at it
+DOCUMENT_SUFFIXES = (*SUFFIXES, *AUDIO_SUFFIXES)  # what a job reads: documents, and audio made subtitles
+SUBTITLE_SUFFIXES = tuple(f".{kind}" for kind in SUBTITLE_FORMATS)  # an audio's subtitles: .srt unless asked
 
 
 def output_suffix(suffix: str, asked: str | None) -> str:
-    """The suffix a document's translation is written in; `asked` (DeepL's output_format, with or without its dot)
-    must name it, else a 400 says which it is."""
-    own = written_as(suffix)
-    if asked and "." + asked.lower().lstrip(".") != own:
+    """The suffix a file's translation is written in: a document's own (or model.written_as's), an audio's one of
+    SUBTITLE_SUFFIXES; `asked` (output_format, with or without its dot) must name one of them, else InvalidRequest
+    lists them."""
+    choices = SUBTITLE_SUFFIXES if suffix in AUDIO_SUFFIXES else (written_as(suffix),)
+    wanted = "." + asked.lower().lstrip(".") if asked else choices[0]
+    if wanted not in choices:
         raise InvalidRequest(f"output_format {asked!r} is not available for a {suffix} document: it is written as "
-                             f"{own}", field="output_format")
-    return own
+                             f"{' or '.join(choices)}", field="output_format", limit=list(choices))
+    return wanted
 
 
-def check_file_type(filename: str) -> None:
-    """A document's kind, by its suffix, one of those read (model.SUFFIXES): UnsupportedFileType otherwise."""
+def check_file_type(filename: str, supported: tuple[str, ...] = SUFFIXES) -> str:
+    """A file's kind, its suffix, one of `supported` (the compatible APIs': documents only): UnsupportedFileType
+    otherwise."""
     suffix = PurePath(filename).suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UnsupportedFileType(filename, suffix, SUFFIXES)
+    if suffix not in supported:
+        raise UnsupportedFileType(filename, suffix, supported)
+    return suffix
 
 
 class DocumentNotFound(ServerError):
@@ -69,14 +84,30 @@ class DocumentJobs:
                      glossary: Entries = ()) -> tuple[str, str]:
         """A queued job's (id, key); the file is read now, so a damaged one or one over the job limits is refused
         before anything is stored. `glossary`: the (source term, target term) pairs every chunk keeps."""
-        suffix = PurePath(filename).suffix.lower()
+        suffix = check_file_type(filename, DOCUMENT_SUFFIXES)
         written = output_suffix(suffix, output_format)
-        parsed = await dispatch.read_document(self.provider, data, suffix)
-        dispatch.check_job(self.provider, parsed)
+        characters = await (self._check_audio(data) if suffix in AUDIO_SUFFIXES else self._check_document(data, suffix))
         handle = await self.store.run(DocumentStore.submit, owner, filename, suffix, written, source_lang,
-                                      target_lang, model, glossary, parsed.characters, data)
+                                      target_lang, model, glossary, characters, data)
         self.submitted.set()
         return handle
+
+    async def _check_document(self, data: bytes, suffix: str) -> int:
+        """A document's characters, read within the job limits. Held to max_body_bytes where its route's body limit
+        is an audio file's."""
+        if len(data) > self.settings.max_body_bytes:
+            raise BodyTooLarge(f"the {suffix} file has {len(data)} bytes; at most {self.settings.max_body_bytes}",
+                               field="file", limit=self.settings.max_body_bytes)
+        parsed = await dispatch.read_document(self.provider, data, suffix)
+        dispatch.check_job(self.provider, parsed)
+        return parsed.characters
+
+    async def _check_audio(self, data: bytes) -> int:
+        """An audio file decoded within its limits, a speech model served (NotSpeechModel otherwise); 0 characters
+        until its transcript counts them."""
+        await self.provider.get(None, speech=True)
+        await speech.read(self.provider, data)
+        return 0
 
     async def owned(self, job_id: str, key: str, owner: str) -> Job:
         """The job with this id, key and owner; a 404 when any of them differs (one answer for all: a wrong key
@@ -148,22 +179,12 @@ class DocumentJobs:
             raise
 
     async def _run(self, job: Job) -> None:
-        done = 0.0
-        beating = asyncio.get_running_loop().create_task(self._beat(job, lambda: done))
-
-        async def progress(share: float) -> None:
-            nonlocal done
-            done = share
-            await self.store.run(DocumentStore.progress, job.id, round(share * job.characters))
-
+        progress = Progress(self.store, job)
+        beating = asyncio.get_running_loop().create_task(self._beat(progress))
+        work = self._subtitles if job.suffix in AUDIO_SUFFIXES else self._translation
         try:
             data = await self.store.run(DocumentStore.upload, job.id)
-            parsed = await dispatch.read_document(self.provider, data, job.suffix)
-            translated = await dispatch.translate_file(
-                self.provider, parsed, job.source_lang, job.target_lang, job.model,
-                spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
-                progress=progress, glossary=job.glossary)
-            await self.store.run(DocumentStore.finish, job.id, translated)
+            await self.store.run(DocumentStore.finish, job.id, await work(job, data, progress))
         except asyncio.CancelledError:
             await self.store.run(DocumentStore.release, job.id)
             raise
@@ -175,7 +196,47 @@ class DocumentJobs:
         finally:
             beating.cancel()
 
-    async def _beat(self, job: Job, done) -> None:
+    async def _translation(self, job: Job, data: bytes, progress: Progress) -> bytes:
+        parsed = await dispatch.read_document(self.provider, data, job.suffix)
+        return await dispatch.translate_file(
+            self.provider, parsed, job.source_lang, job.target_lang, job.model,
+            spending=self.keys.spending(job.owner, job.characters), chunk_chars=self.settings.job_chunk_chars,
+            progress=progress.done, glossary=job.glossary)
+
+    async def _subtitles(self, job: Job, data: bytes, progress: Progress) -> bytes:
+        @asynccontextmanager
+        async def charged(characters: int):
+            await progress.count(characters)
+            async with self.keys.spending(job.owner, characters):
+                yield
+
+        samples = await speech.read(self.provider, data)
+        shown = await speech.captions(self.provider, SpeechJob(samples, SpeechOptions.with_fallback(language=job.source_lang)),
+                                      job.target_lang, charge=charged, translation_model=job.model,
+                                      chunk_chars=self.settings.job_chunk_chars, progress=progress.done,
+                                      glossary=job.glossary)
+        return subtitles(shown.segments, job.output_suffix.lstrip(".")).encode("utf-8")
+
+    async def _beat(self, progress: Progress) -> None:
         while True:
             await asyncio.sleep(self.settings.job_stale_s / 3)
-            await self.store.run(DocumentStore.progress, job.id, round(done() * job.characters))
+            await progress.beat()
+
+
+class Progress:
+    """A running job's share done of its characters (an audio job's counted once transcribed), written to the store
+    after each step and at each heartbeat."""
+
+    def __init__(self, store: Store[DocumentStore], job: Job):
+        self.store, self.job_id, self.characters, self.share = store, job.id, job.characters, 0.0
+
+    async def count(self, characters: int) -> None:
+        self.characters = characters
+        await self.store.run(DocumentStore.count, self.job_id, characters)
+
+    async def done(self, share: float) -> None:
+        self.share = share
+        await self.beat()
+
+    async def beat(self) -> None:
+        await self.store.run(DocumentStore.progress, self.job_id, round(self.share * self.characters))

@@ -4,7 +4,7 @@ its 30-s windows decoded in the running batch, and the transcript's segments tra
     samples = await speech.read(provider, data)                        # 16 kHz mono; BadBody, BodyTooLarge, ...
     transcription = await speech.transcribe(provider, SpeechJob(samples, options), model)
     transcript = await speech.transcript(transcription.events)        # the events: segments, then the Transcript
-    segments = await speech.translated(provider, transcript, "de", spending=...)     # timings kept
+    shown = await speech.captions(provider, SpeechJob(samples, options), "de", charge=...)   # subtitles: timings kept
 
 A file's windows are decoded one after the other (where a window starts depends on where the last one's final
 timestamp fell), each one sequence of the model's continuous batch, so many files share every decoder step.
@@ -13,9 +13,9 @@ timestamp fell), each one sequence of the model's continuous batch, so many file
 from __future__ import annotations
 
 import asyncio
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 import numpy
 
@@ -24,6 +24,8 @@ from model import AudioTooLarge, AudioTooLong, BadAudio, Segment, Transcript, re
 from ..domain import SpeechJob
 from ..errors import BadBody, BodyTooLarge, TooManyBeams, TooManySeconds
 from . import dispatch
+from .access import characters
+from .language_support import serves
 from .provider import ModelProvider
 from .streams import opened
 from .subtitles import cue_text
@@ -71,11 +73,32 @@ async def transcript(events: AsyncIterator[Event]) -> Transcript:
         await events.aclose()
 
 
-async def translated(provider: ModelProvider, transcript: Transcript, target_lang: str, model: str | None = None,
-                     spending: AbstractAsyncContextManager = nullcontext()) -> tuple[Segment, ...]:
-    """The transcript's segments with their texts translated from its language into `target_lang` by the served
-    translation models (as a subtitle file's cues: within the request's limits, not max_texts), timings kept."""
-    texts = [cue_text(segment.text) for segment in transcript.segments]
-    translations = await dispatch.translate_texts(provider, texts, transcript.language, target_lang, model,
-                                                  spending=spending)
-    return tuple(replace(segment, text=text) for segment, text in zip(transcript.segments, translations))
+@dataclass(frozen=True)
+class Captions:
+    """What subtitles of an audio show: its transcript, and the segments in the language asked for."""
+
+    model: str  # the speech model
+    transcript: Transcript
+    segments: tuple[Segment, ...]  # the transcript's, or their translations (timings kept)
+    translated: bool
+
+
+async def captions(provider: ModelProvider, job: SpeechJob, target_lang: str | None, *,
+                   charge: Callable[[int], AbstractAsyncContextManager], model: str | None = None,
+                   translation_model: str | None = None, chunk_chars: int | None = None,
+                   progress: Callable[[float], Awaitable[None]] | None = None,
+                   glossary: tuple[tuple[str, str], ...] = ()) -> Captions:
+    """The job's transcript by its speech model (`model`, or the first served), and its segments translated into
+    `target_lang` by the served translation models where it names another language than the spoken one: the cues'
+    texts, within the request's limits (not max_texts) as a subtitle file's, `charge(their characters)` entered
+    around their translation (as a file's, in consecutive requests of `chunk_chars`, `progress` after each)."""
+    transcription = await transcribe(provider, job, model)
+    spoken = await transcript(transcription.events)
+    if not target_lang or serves((spoken.language,), target_lang, "target"):
+        return Captions(transcription.model, spoken, spoken.segments, translated=False)
+    texts = [cue_text(segment.text) for segment in spoken.segments]
+    translations = await dispatch.translate_texts(provider, texts, spoken.language, target_lang, translation_model,
+                                                  spending=charge(characters(texts)), chunk_chars=chunk_chars,
+                                                  progress=progress, glossary=glossary)
+    segments = tuple(replace(segment, text=text) for segment, text in zip(spoken.segments, translations))
+    return Captions(transcription.model, spoken, segments, translated=True)

@@ -1,13 +1,14 @@
 """Document jobs through DeepL's document routes (in process, the demo model): a job's states, its file translated as
 each text alone, billed characters, one download then gone; another caller's or key's 404; a result before it is
-done 503; files refused at upload (format, output_format, job limits); a job's chunks and measured progress; a glossary
-kept in every chunk, or refused as /v2/translate refuses it; a job whose process died taken over, or ended as an error
-once tried too often."""
+done 503; files refused at upload (format, audio: the native API's alone, output_format, job limits), audio without a
+speech model; a job's chunks and measured progress; a glossary kept in every chunk, or refused as /v2/translate
+refuses it; a job whose process died taken over, or ended as an error once tried too often."""
 
 import time
 from dataclasses import replace
 
 import pytest
+from audio_files import audio_bytes, sine
 from hostile_files import docx_bytes
 from server_process import eventually, in_process_client
 
@@ -130,6 +131,7 @@ def test_chunks_hold_consecutive_texts_within_the_limit():
 
 @pytest.mark.parametrize("name, data, form, message", [
     ("a.pages", b"x", {}, "Value for 'file' not supported: the file type of 'a.pages'"),
+    ("a.wav", audio_bytes(sine(1.0, 16_000), 16_000), {}, "Value for 'file' not supported: the file type of 'a.wav"),
     ("a.docx", b"not a zip", {}, "not a valid .docx file"),
     ("a.txt", b"seven", {"output_format": "pdf"}, "output_format 'pdf' is not available for a .txt document"),
     ("a.txt", "seven. " * 1000, {}, "Request too large: 7000 characters; at most 6000"),
@@ -205,6 +207,14 @@ def test_the_native_api_runs_the_same_jobs(client, alone):
     assert "a.translated.srt" in fetched.headers["content-disposition"]
     assert fetched.text == f"1\n00:00:01,000 --> 00:00:02,000\n{alone('seven')}\n"
     assert client.get(path + "/result", headers=keyed).status_code == 404
+
+
+def test_audio_on_a_server_without_a_speech_model_is_refused_at_upload(client):
+    response = client.post("/v1/documents", files={"file": ("a.wav", audio_bytes(sine(1.0, 16_000), 16_000))},
+                           data={"target_lang": "de"}, headers={"Authorization": "Bearer key-a"})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "model" and error["message"].startswith("no speech model is served")
 
 
 @pytest.mark.parametrize("form, field", [({"target_lang": "ja"}, "target_lang"), ({}, "target_lang"),

@@ -132,6 +132,11 @@ def test_native_transcript_and_subtitles_in_another_language(client):
     assert [s["end"] for s in german["segments"]] == [1.52, 3.004]
 
 
+def test_native_subtitles_in_the_spoken_language_are_the_transcript_untranslated(client, jobs):
+    answer = post(client, "/v1/transcribe", {"target_lang": "EN-GB"}).json()
+    assert (answer["text"], answer["target_lang"]) == (TRANSCRIPT.text, "EN-GB") and not jobs
+
+
 @pytest.mark.parametrize("data, file, status, field", [
     ({"format": "docx"}, WAV, 422, "format"),
     ({"task": "summarize"}, WAV, 422, "task"),
