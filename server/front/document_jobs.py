@@ -211,10 +211,10 @@ class DocumentJobs:
                 yield
 
         samples = await speech.read(self.provider, data)
-        shown = await speech.captions(self.provider, SpeechJob(samples, SpeechOptions.with_fallback(language=job.source_lang)),
-                                      job.target_lang, charge=charged, translation_model=job.model,
-                                      chunk_chars=self.settings.job_chunk_chars, progress=progress.done,
-                                      glossary=job.glossary)
+        options = SpeechOptions.with_fallback(language=job.source_lang)  # as /v1/transcribe decodes
+        shown = await speech.captions(self.provider, SpeechJob(samples, options), job.target_lang, charge=charged,
+                                      translation_model=job.model, chunk_chars=self.settings.job_chunk_chars,
+                                      progress=progress.done, glossary=job.glossary)
         return subtitles(shown.segments, job.output_suffix.lstrip(".")).encode("utf-8")
 
     async def _beat(self, progress: Progress) -> None:

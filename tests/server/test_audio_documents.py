@@ -89,7 +89,8 @@ def test_subtitles_keep_the_transcript_s_timings_and_translate_each_segment(clie
     spoken = transcribed(client, WAV, format="json").json()["segments"]
     timings = [(start, end) for start, end, _ in cues(transcribed(client, WAV, format="srt").text, "srt")]
     assert len(subtitles) >= 2 and [(start, end) for start, end, _ in subtitles] == timings
-    translated = client.post("/v1/translate", json={"text": [s["text"] for s in spoken], "target_lang": "de",
+    said = [s["text"] for s in spoken if s["text"].strip()]  # a segment without text makes no cue
+    translated = client.post("/v1/translate", json={"text": said, "target_lang": "de",
                                                     "model": TRANSLATION_MODEL}).json()["translations"]
     assert [text for _, _, text in subtitles] == [t["text"] for t in translated]
     # charged (and measured) by the characters of its cues, counted once transcribed
