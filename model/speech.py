@@ -175,8 +175,10 @@ class SpeechWindows:
         segments, advance = window_segments(ids, self.tokens.first_timestamp, min(self.frames - self.seek,
                                                                                    WINDOW_FRAMES))
         offset = self.seek * FRAME_SECONDS
-        out = [Segment(offset + start, offset + end, self.bundle.decode(list(part)), tuple(part), avg_logprob,
-                       temperature) for start, end, part in segments]
+        # within the audio: a window's timestamps may run past its last sample (to 30 s, as the padding allows)
+        out = [Segment(min(offset + start, self.duration), min(offset + end, self.duration),
+                       self.bundle.decode(list(part)), tuple(part), avg_logprob, temperature)
+               for start, end, part in segments]
         self.segments += out
         self.seek += advance
         self.tries = 0

@@ -196,3 +196,12 @@ def test_a_windows_decoding_does_not_depend_on_its_batch(checkpoints, dtype):
         params = SpeechWindows(bundle, np.zeros(16000, np.float32),
                                SpeechOptions(language="en", num_beams=beams, max_new_tokens=NEW_TOKENS)).decode_params()
         assert differences(bundle.network, features, params) == [], beams
+
+
+def test_segments_end_within_the_audio(models):
+    """A short file's window is padded to 30 s, and a random model's timestamps run over the padding: the segments
+    still start and end within the audio."""
+    transcriber, _ = models["multilingual"]
+    transcript = transcriber.transcribe(speech(3.0), SpeechOptions(language="en", max_new_tokens=NEW_TOKENS))
+    assert transcript.segments
+    assert all(0 <= s.start <= s.end <= transcript.duration == 3.0 for s in transcript.segments), transcript.segments
