@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from urllib.parse import urlsplit
@@ -23,15 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def in_process_client(settings, paths: list[str] | None = None):
+def in_process_client(settings, paths: list[str] | None = None, engines_here: bool = True):
     """The FastAPI app over in-process models (the demo model when `paths` is None), through a TestClient; the
-    models' engine loops stop afterwards."""
+    models' engine loops stop afterwards. `engines_here`: their engines in this process too, not each in a process
+    of its own (a spawned engine costs an app seconds to start; that both answer alike is
+    e2e/test_engine_process.py's, and every real server process runs them apart); False: as `settings` say."""
     from fastapi.testclient import TestClient
 
     from server.api import create_app
     from server.runtime.local import LocalModels
     from server.front.registry import ModelRegistry
 
+    if engines_here:
+        settings = replace(settings, engine_process=False)
     models = LocalModels(settings, ModelRegistry.from_paths(paths))
     try:
         with TestClient(create_app(models, settings)) as client:

@@ -30,7 +30,7 @@ ENGINE_METRICS = ("s2s_output_tokens_total", "s2s_input_tokens_total", "s2s_queu
 
 def answers(settings: Settings) -> tuple[list, list[str], list[float]]:
     """The answers to BODIES and a stream's events, and what they added to the engine's metrics."""
-    with in_process_client(settings) as client:
+    with in_process_client(settings, engines_here=False) as client:
         metrics = Scrape(client.get("/metrics").text)
         bodies = [client.post(path, json=body) for path, body in BODIES]
         with client.stream("POST", "/v1/generate", json={"text": "eighty-one", "target_lang": "de",

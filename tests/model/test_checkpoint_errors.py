@@ -91,6 +91,7 @@ def test_cli_reports_one_line_and_exit_code(copy, tmp_path, capsys):
     assert err.startswith("error:") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_cli_keeps_empty_lines_and_order(checkpoint, tmp_path):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("hello world\n\nthe dog\n   \nx\n", encoding="utf-8")

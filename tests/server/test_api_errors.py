@@ -107,6 +107,7 @@ def routes(app_routes):
         yield from routes(included.routes) if included is not None else [route]
 
 
+@pytest.mark.slow
 def test_json_nested_100000_deep_is_a_4xx_on_every_route(checkpoint):
     """json.loads raises RecursionError, not ValueError, past ~1,000 levels: it was a 500 on every compatible
     route and on the glossary routes."""
@@ -230,6 +231,7 @@ def test_metric_values_move_with_the_requests_made(client):
             assert sum(s <= bound for s in mine) <= moved <= len(mine), (route, bound, moved, mine)
 
 
+@pytest.mark.slow
 def test_timeout_frees_rows(checkpoint):
     settings = Settings(dtype="float32", request_timeout_s=0.02, max_new_tokens=200)
     models = LocalModels(settings, ModelRegistry.from_paths([str(checkpoint)]))
@@ -250,6 +252,7 @@ def test_sampling_through_the_api_is_reproducible_per_seed(client):
     assert client.post("/v1/translate", json={"text": "a", "beam_size": 1}).status_code == 200
 
 
+@pytest.mark.slow
 def test_schema_limits_follow_the_settings(checkpoint):
     """Raising --max-beams / --max-texts raises what requests may use, and the OpenAPI document says so."""
     settings = Settings(dtype="float32", max_beams=20, max_batch_rows=24, max_texts=100, max_new_tokens=4)
@@ -387,6 +390,7 @@ def test_limit_errors_cross_processes_whole(error):
     assert type(copy) is type(error) and vars(copy) == vars(error) and copy.args == error.args
 
 
+@pytest.mark.slow
 def test_a_request_over_a_limit_is_refused_before_it_is_charged(checkpoint, tmp_path):
     """The front checks the limits before it enters the caller's charge: a request over max_request_chars is
     answered with the limit's error in every API, even past the quota, and costs nothing."""

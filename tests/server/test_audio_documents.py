@@ -81,6 +81,7 @@ def cues(text: str, kind: str) -> list[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_subtitles_keep_the_transcript_s_timings_and_translate_each_segment(client):
     status, result = done(client, "talk.wav", WAV, source_lang="en")
     assert status["status"] == "done", status
@@ -97,6 +98,7 @@ def test_subtitles_keep_the_transcript_s_timings_and_translate_each_segment(clie
     assert (status["characters"], status["progress"]) == (sum(len(s["text"]) for s in spoken), 1.0)
 
 
+@pytest.mark.slow
 def test_vtt_when_output_format_asks_is_what_transcribe_answers(client):
     audio = audio_bytes(speech(5.0, seed=3), 16_000, ".flac")
     status, result = done(client, "talk.flac", audio, source_lang="en", target_lang="fr", output_format=".VTT")
@@ -128,6 +130,7 @@ def test_bad_files_are_refused_at_upload_naming_the_field_and_the_limit(client, 
     assert error["field"] == field and words in error["message"]
 
 
+@pytest.mark.slow
 def test_a_job_over_its_quota_ends_as_an_error_saying_so_and_the_server_goes_on(checkpoint):
     """Nothing is known to charge at upload; the transcript's cues are charged when their translation starts."""
     with serving(replace(SETTINGS, character_quota=5), checkpoint) as poor:
@@ -139,6 +142,7 @@ def test_a_job_over_its_quota_ends_as_an_error_saying_so_and_the_server_goes_on(
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (Debian: apt-get install "
                     "espeak-ng): it makes this test's speech")
+@pytest.mark.slow
 def test_real_speech_from_espeak_ng(client, tmp_path):
     """Debian's espeak-ng speaks a sentence into a 22,050 Hz WAV: decoded to 16 kHz mono of the same duration, and
     a document job of it completes."""

@@ -401,6 +401,7 @@ def run_python(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_dockerfile_python_steps_run_against_the_installed_package(installed_cwd):
     """Each `python -c` of a RUN step runs as the build runs it; the HEALTHCHECK's needs a running server, so it
     is only compiled; each `python -m` module (the CMD's) is found, with its __main__ for a package."""

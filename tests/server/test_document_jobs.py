@@ -78,6 +78,7 @@ def test_a_docx_job_keeps_paragraphs(client, alone):
     assert [p.text for p in out.paragraphs] == [alone("forty-two"), alone("seven")]
 
 
+@pytest.mark.slow
 def test_a_long_html_page_goes_in_parts(client, alone):
     """A page longer than a request may be (max_request_chars 2,000), cut before its block elements."""
     numbers = ["forty-two", "seven", "nine", "eleven"] * 60

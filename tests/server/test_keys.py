@@ -120,6 +120,7 @@ def test_a_wrong_key_in_each_apis_shape(app_client):
     assert [call(app_client, "k1").status_code for call in (native, libretranslate, deepl)] == [200, 200, 200]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("app_client", [dict(api_keys=("k1", "k2"), rate_limit_per_minute=3)], indirect=True)
 def test_one_rate_limit_across_the_three_apis(app_client):
     within_one_minute()

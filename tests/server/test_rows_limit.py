@@ -30,6 +30,7 @@ def test_beams_and_glossary_rows_over_the_batch_are_refused_naming_the_limit(cli
     assert error["message"].endswith(f"decoding rows; the batch has {ROWS} (max_batch_rows)")
 
 
+@pytest.mark.slow
 def test_deepl_words_it_as_a_bad_request(client):
     created = client.post("/v2/glossaries", json={"name": "g", "source_lang": "en", "target_lang": "fr",
                                                   "entries": "forty-two\tquarante-trois", "entries_format": "tsv"})

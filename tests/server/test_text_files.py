@@ -71,6 +71,7 @@ def test_damaged_unsupported_and_oversize_files(client, name, data, status, word
     assert response.status_code == status and words in response.json()["error"]["message"]
 
 
+@pytest.mark.slow
 def test_the_command_line_translates_a_docx_file(tmp_path, alone):
     from model.cli import main
 
