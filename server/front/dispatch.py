@@ -25,8 +25,8 @@ from typing import Awaitable, Callable, Sequence
 
 from model import FileError, FileTooLarge, MarkupError, ParsedFile, detect_language, detectable, read_file, text_content
 
-from ..domain import (DecodeOptions, DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText,
-                      TranslationJob, TranslationResult)
+from ..domain import (DetectedLanguage, GenerationJob, ModelInfo, TextOptions, TranslatedText, TranslationJob,
+                      TranslationResult)
 from ..errors import (BadBody, BodyTooLarge, InvalidMarkup, NotFollowed, TextTooLong, TooManyBeams, TooManyCharacters,
                       TooManyItems, TooManyTexts)
 from ..settings import Settings
@@ -125,9 +125,10 @@ def _check_guidance(job: TranslationJob) -> None:
         raise NotFollowed("style rules")
 
 
-def _check_beams(settings: Settings, options: DecodeOptions) -> None:
-    if options.num_beams is not None and options.num_beams > settings.beam_limit:
-        raise TooManyBeams(options.num_beams, settings.beam_limit)
+def check_beams(settings: Settings, num_beams: int | None) -> None:
+    """Beams asked for (None: the model's default) within the server's limit; speech's door asks it too."""
+    if num_beams is not None and num_beams > settings.beam_limit:
+        raise TooManyBeams(num_beams, settings.beam_limit)
 
 
 async def translate(provider: ModelProvider, job: TranslationJob, model: str | None = None, *,
@@ -146,7 +147,7 @@ async def _translate(provider: ModelProvider, job: TranslationJob, model: str | 
     settings = provider.settings
     _check_characters(settings, job.texts)
     _check_lengths(job.texts, job.fields, settings.max_document_chars)
-    _check_beams(settings, job.options)
+    check_beams(settings, job.options.num_beams)
     async with spending:
         return await _translate_detected(provider, job, model, detect_missing)
 
@@ -175,7 +176,7 @@ async def generator(provider: ModelProvider, jobs: Sequence[GenerationJob], mode
     _check_count(settings, len(jobs), per_text)
     _check_lengths([job.text for job in jobs], [job.field for job in jobs], settings.max_generate_chars)
     for job in jobs:
-        _check_beams(settings, job.options)
+        check_beams(settings, job.options.num_beams)
     return await provider.get(model, jobs[0].source_lang, jobs[0].target_lang)
 
 

@@ -22,7 +22,7 @@ import numpy
 from model import AudioTooLarge, AudioTooLong, BadAudio, Segment, Transcript, read_audio
 
 from ..domain import SpeechJob
-from ..errors import BadBody, BodyTooLarge, TooManyBeams, TooManySeconds
+from ..errors import BadBody, BodyTooLarge, TooManySeconds
 from . import dispatch
 from .access import characters
 from .language_support import serves
@@ -55,9 +55,7 @@ class Transcription:
 async def transcribe(provider: ModelProvider, job: SpeechJob, model: str | None = None) -> Transcription:
     """The job's events from its speech model (the one named, or the first served), opened (the first awaited) so
     that a refusal is a plain error. Closing `events` stops the transcription."""
-    settings = provider.settings
-    if job.options.num_beams is not None and job.options.num_beams > settings.beam_limit:
-        raise TooManyBeams(job.options.num_beams, settings.beam_limit)
+    dispatch.check_beams(provider.settings, job.options.num_beams)
     served = await provider.get(model, speech=True)
     return Transcription(served.name, await opened(served.transcribe_events(job)))
 
