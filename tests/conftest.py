@@ -1,4 +1,7 @@
+import contextlib
+import importlib
 import os
+import pkgutil
 import sys
 from pathlib import Path
 
@@ -26,10 +29,20 @@ if XDIST_WORKER:
 
 from marian_fixtures import VARIANTS, build_checkpoint  # noqa: E402
 
-# schemathesis imports its JSON-schema strategies at first use, inside a fuzz test, where pytest's assertion
-# rewriting parses them; a CI run's parse there failed with CPython 3.11.7's "AST constructor recursion depth
-# mismatch" (the recursion limit changed under it, as Hypothesis sets and restores it). Imported at collection.
-import schemathesis.specs.openapi.adapter.parameters  # noqa: E402,F401
+
+def import_schemathesis() -> None:
+    """Every module of schemathesis, now. It imports most of them at first use, inside a fuzz test, where pytest's
+    assertion rewriting (schemathesis is a pytest plugin) parses them; CI's parses there failed with CPython
+    3.11.7's "AST constructor recursion depth mismatch" (Hypothesis changes the recursion limit under them). A
+    module whose optional dependency is missing (its Allure reporter) is left out."""
+    import schemathesis
+
+    for module in pkgutil.walk_packages(schemathesis.__path__, "schemathesis."):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module.name)
+
+
+import_schemathesis()
 
 LAYERS = ("model", "server", "e2e", "tools")  # tests/<layer>/: each test carries its folder's marker
 
