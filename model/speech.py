@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .audio.features import HOP, SAMPLE_RATE, WINDOW_FRAMES, padded_features
+from .audio.features import HOP, SAMPLE_RATE, padded_features
 from .decoding.batch_decoder import BatchDecoder
 from .decoding.search import DecodeParams, Hypothesis
 from .decoding.source import Source
@@ -107,9 +107,10 @@ class SpeechWindows:
         if samples.ndim != 1 or not len(samples):
             raise ValueError(f"audio samples of shape {samples.shape}; expected (N,) with N > 0, 16 kHz mono")
         self.duration = len(samples) / SAMPLE_RATE
-        self.features = padded_features(samples, bundle.config.num_mel_bins)  # (M, F)
+        self.window = FRAMES_PER_POSITION * bundle.config.max_source_positions  # 3000 (30 s) in openai/whisper's
+        self.features = padded_features(samples, bundle.config.num_mel_bins, self.window)  # (M, F)
         self.frames = self.features.shape[-1]
-        self.timestamps = options.timestamps or self.frames > WINDOW_FRAMES  # long-form seeks by timestamps
+        self.timestamps = options.timestamps or self.frames > self.window  # long-form seeks by timestamps
         prompt = bundle.tokenizer.encode(options.prompt) if options.prompt else []
         self.prompt = ([tokens.previous] + prompt) if prompt else []
         self.seek = 0  # the frame the next window starts at
@@ -123,11 +124,12 @@ class SpeechWindows:
         return self.language is None and self.tokens.multilingual
 
     def next_source(self) -> Source | None:
-        """The next window (frames from `seek`, padded with zeros to 30 s) as an engine Source; None when done."""
+        """The next window (frames from `seek`, padded with zeros to a window) as an engine Source; None when
+        done."""
         if self.seek >= self.frames:
             return None
-        window = self.features[:, self.seek:self.seek + WINDOW_FRAMES]  # (M, ≤ 3000)
-        return Source([], None, features=F.pad(window, (0, WINDOW_FRAMES - window.shape[-1])))  # (M, 3000)
+        window = self.features[:, self.seek:self.seek + self.window]  # (M, ≤ 3000)
+        return Source([], None, features=F.pad(window, (0, self.window - window.shape[-1])))  # (M, 3000)
 
     def decode_params(self) -> DecodeParams:
         """The params of the step next_source() gives."""
@@ -172,8 +174,8 @@ class SpeechWindows:
             self.tries += 1
             return []
         temperature = self.options.temperatures[self.tries]
-        segments, advance = window_segments(ids, self.tokens.first_timestamp, min(self.frames - self.seek,
-                                                                                   WINDOW_FRAMES))
+        frames = min(self.frames - self.seek, self.window)
+        segments, advance = window_segments(ids, self.tokens.first_timestamp, frames)
         offset = self.seek * FRAME_SECONDS
         # within the audio: a window's timestamps may run past its last sample (to 30 s, as the padding allows)
         out = [Segment(min(offset + start, self.duration), min(offset + end, self.duration),

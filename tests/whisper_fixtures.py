@@ -26,7 +26,9 @@ def special_tokens(multilingual: bool) -> list[str]:
             + [f"<|{i * 0.02:.2f}|>" for i in range(1501)])
 
 
-def build_whisper(path: Path, multilingual: bool = True, seed: int = 0) -> Path:
+def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, positions: int = 1500) -> Path:
+    """`positions`: the encoder's, two feature frames each (1500: openai/whisper's 30-s window; fewer: a shorter
+    window, as a checkpoint trained on short clips has)."""
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
@@ -45,13 +47,13 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0) -> Path:
     bpe.save(str(path / "tokenizer.json"))
     ids = {t: text_tokens + i for i, t in enumerate(specials)}
     (path / "added_tokens.json").write_text(json.dumps(ids))
-    WhisperFeatureExtractor().save_pretrained(path)
+    WhisperFeatureExtractor(chunk_length=positions // 50).save_pretrained(path)
 
     eos, start = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     torch.manual_seed(seed)
     config = WhisperConfig(vocab_size=len(ids) + text_tokens, num_mel_bins=80, d_model=32, encoder_layers=2,
                            decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
-                           encoder_ffn_dim=64, decoder_ffn_dim=48, max_source_positions=1500,
+                           encoder_ffn_dim=64, decoder_ffn_dim=48, max_source_positions=positions,
                            max_target_positions=448, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
                            decoder_start_token_id=start, init_std=0.2)
     model = WhisperForConditionalGeneration(config).eval()

@@ -16,9 +16,7 @@ from .decode import SAMPLE_RATE
 
 N_FFT = 400
 HOP = 160  # samples per feature frame
-WINDOW_SECONDS = 30
-WINDOW_SAMPLES = WINDOW_SECONDS * SAMPLE_RATE  # 480000
-WINDOW_FRAMES = WINDOW_SAMPLES // HOP  # 3000
+WINDOW_FRAMES = 3000  # Whisper's 30-s window; a checkpoint with fewer encoder positions has a shorter one
 
 
 def _hertz_to_mel(freq: np.ndarray) -> np.ndarray:
@@ -62,10 +60,13 @@ def log_mel(samples: np.ndarray | torch.Tensor, num_mels: int = 80) -> torch.Ten
     return (log_spec + 4.0) / 4.0
 
 
-def padded_features(samples: np.ndarray | torch.Tensor, num_mels: int = 80) -> torch.Tensor:
+def padded_features(samples: np.ndarray | torch.Tensor, num_mels: int = 80,
+                    window_frames: int = WINDOW_FRAMES) -> torch.Tensor:
     """The features of a whole audio as transformers' extractor gives them to Whisper's generate: audio up to
-    30 s padded with silence to 30 s (3000 frames); longer audio as it is ("longest" padding, long-form)."""
+    one window (30 s: 3000 frames) padded with silence to it; longer audio as it is ("longest" padding,
+    long-form)."""
     samples = np.asarray(samples, dtype=np.float32)
-    if len(samples) < WINDOW_SAMPLES:
-        samples = np.pad(samples, (0, WINDOW_SAMPLES - len(samples)))
+    window_samples = window_frames * HOP
+    if len(samples) < window_samples:
+        samples = np.pad(samples, (0, window_samples - len(samples)))
     return log_mel(samples, num_mels)

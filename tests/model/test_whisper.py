@@ -30,7 +30,8 @@ NEW_TOKENS = 12
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper")
-    return {"multilingual": build_whisper(root / "tiny"), "en": build_whisper(root / "tiny.en", multilingual=False)}
+    return {"multilingual": build_whisper(root / "tiny"), "en": build_whisper(root / "tiny.en", multilingual=False),
+            "5-s window": build_whisper(root / "tiny-5s", positions=250)}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def transformers_tokens(oracle, transcriber, samples, options: SpeechOptions) ->
     if options.prompt:
         kwargs["prompt_ids"] = torch.tensor([tokens.previous] + transcriber.bundle.tokenizer.encode(options.prompt))
     with torch.no_grad():
-        out = oracle.generate(padded_features(samples)[None], **kwargs)[0].tolist()
+        features = padded_features(samples, window_frames=2 * oracle.config.max_source_positions)
+        out = oracle.generate(features[None], **kwargs)[0].tolist()
     return [t for t in out if t != tokens.end]
 
 
@@ -72,6 +74,8 @@ CASES = {  # name: (model, seconds, options); the slow ones decode many windows 
     "long-form": ("multilingual", 47, SpeechOptions()),
     "long-form, beam 4, prompt": ("multilingual", 41, SpeechOptions(num_beams=4, prompt="one two", language="de")),
     "long-form .en": ("en", 35, SpeechOptions()),
+    "a 5-s window": ("5-s window", 4, SpeechOptions(language="fr")),
+    "a 5-s window, long-form": ("5-s window", 17, SpeechOptions(language="en")),
 }
 SLOW = {"no timestamps", "beam 4, no timestamps", "long-form", "long-form, beam 4, prompt", "long-form .en"}
 
