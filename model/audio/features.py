@@ -51,12 +51,13 @@ def mel_filters(num_mels: int) -> torch.Tensor:
 
 
 def log_mel(samples: np.ndarray | torch.Tensor, num_mels: int = 80) -> torch.Tensor:
-    """16 kHz mono samples (N,) → log-mel features (M, N // 160), float32, normalized over the whole input."""
+    """16 kHz mono samples (N,) → log-mel features (M, N // 160), float32, normalized over the whole input; a
+    batch of inputs (B, N) → (B, M, N // 160), each normalized over itself."""
     waveform = torch.as_tensor(samples).to(torch.float32)
-    stft = torch.stft(waveform, N_FFT, HOP, window=torch.hann_window(N_FFT), return_complex=True)  # (K, F + 1)
-    power = (stft[..., :-1].abs() ** 2).contiguous()  # (K, F)
-    log_spec = torch.clamp(mel_filters(num_mels).T @ power, min=1e-10).log10()  # (M, F)
-    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    stft = torch.stft(waveform, N_FFT, HOP, window=torch.hann_window(N_FFT), return_complex=True)  # (…, K, F + 1)
+    power = (stft[..., :-1].abs() ** 2).contiguous()  # (…, K, F)
+    log_spec = torch.clamp(mel_filters(num_mels).T @ power, min=1e-10).log10()  # (…, M, F)
+    log_spec = torch.maximum(log_spec, log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0)
     return (log_spec + 4.0) / 4.0
 
 

@@ -31,9 +31,10 @@ from .generation import read_generation_defaults
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "seed")
 
 
-def demo_model_dir() -> Path:
-    """The embedded demo checkpoint shipped inside the package."""
-    path = Path(__file__).parents[1] / "demo" / "checkpoint"
+def demo_model_dir(speech: bool = False) -> Path:
+    """An embedded demo checkpoint shipped inside the package: the text demo (English number words into four
+    languages), or the speech demo (spoken English numbers into the text demo's source words)."""
+    path = Path(__file__).parents[1] / "demo" / ("speech_checkpoint" if speech else "checkpoint")
     if not (path / "config.json").exists():
         raise CheckpointError(f"{path}: the embedded demo model is missing; pass a model directory")
     return path
