@@ -66,7 +66,8 @@ def transformers_timed_tokens(oracle, bundle, samples, options: SpeechOptions) -
     if options.num_beams:
         kwargs["num_beams"] = options.num_beams
     if options.prompt:
-        kwargs["prompt_ids"] = torch.tensor([bundle.tokenizer.speech.previous] + bundle.tokenizer.encode(options.prompt))
+        tokenizer = bundle.tokenizer
+        kwargs["prompt_ids"] = torch.tensor([tokenizer.speech.previous, *tokenizer.encode(options.prompt)])
     with torch.no_grad():
         out = oracle.generate(padded_features(samples)[None], **kwargs)
     tokens, seconds = out["sequences"][0].tolist(), out["token_timestamps"][0].tolist()
