@@ -222,12 +222,13 @@ class Seq2SeqTransformer(nn.Module):
         (B, A, T, S) of the (layer, head) pairs `heads`, in their order: Whisper's alignment heads, after a
         window is decoded (model.decoding.token_timing). The cached step returns no weights, and stays as fast."""
         x, self_mask = self._decoder_input(tgt_ids)
-        weights = {}  # layer → (B, H, T, S)
+        picked = {}  # (layer, head) → (B, T, S): only these kept, a layer's other heads freed as it is done
         for i, layer in enumerate(self.decoder_layers):
             x, queried = layer.teacher_forced(x, self_mask, cross_k[i], cross_v[i], cross_mask)
             if any(i == wanted for wanted, _ in heads):
-                weights[i] = layer.encoder_attn.weights(queried, cross_k[i], cross_mask)
-        return self.logits(x), torch.stack([weights[i][:, h] for i, h in heads], 1)  # (B, T, V), (B, A, T, S)
+                weights = layer.encoder_attn.weights(queried, cross_k[i], cross_mask)  # (B, H, T, S)
+                picked |= {(i, h): weights[:, h].clone() for wanted, h in heads if wanted == i}
+        return self.logits(x), torch.stack([picked[pair] for pair in heads], 1)  # (B, T, V), (B, A, T, S)
 
     def _teacher_forced(self, src_ids, src_mask, tgt_ids, layers: int):
         """The decoder state (B, T, D) after the first `layers` decoder layers, with what the next layer reads:
