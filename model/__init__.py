@@ -34,6 +34,7 @@ _HOMES = {
               "text_content", "written_as"],
     ".translator": ["Translation", "Translator"],
     ".speech": ["Segment", "SpeechOptions", "SpeechWindows", "Transcriber", "Transcript", "compression_ratio"],
+    ".speech_words": ["Word"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME_OF)

@@ -12,7 +12,9 @@ does: a one-step source whose only allowed tokens are the model's languages.
 The temperature fallback of Whisper's own transcribe (SpeechOptions.with_fallback; OpenAI's API at temperature 0): a
 window whose text compresses too well (a loop) or whose tokens are too unlikely is decoded again, sampled at the next
 temperature, and the last try stands. Sampling draws from the options' seed, so an audio's transcript is the same
-alone or in any batch. Not here: conditioning on earlier windows' text and no-speech detection.
+alone or in any batch. With word_timestamps, a decoded window's tokens are timed by its alignment heads (one more
+decoder pass: model.decoding.token_timing) and each segment has its words (model.speech_words). Not here:
+conditioning on earlier windows' text and no-speech detection.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from .decoding.batch_decoder import BatchDecoder
 from .decoding.search import DecodeParams, Hypothesis
 from .decoding.source import Source
 from .decoding.speech_rules import TimestampRules
+from .decoding.token_timing import TokenTimes, TokenTiming
 from .loading.bundle import ModelBundle, load
 from .network.audio_front import FRAMES_PER_POSITION
+from .speech_words import SPACELESS, Word, segment_words
 from .text.languages import match_language
 
 FRAME_SECONDS = HOP / SAMPLE_RATE  # 0.01
@@ -47,6 +51,7 @@ class Segment:
     token_ids: tuple[int, ...]  # its timestamps included
     avg_logprob: float  # of the window it came from (OpenAI's verbose_json)
     temperature: float = 0.0  # the window's decoding: 0 greedy or beams, else sampled
+    words: tuple[Word, ...] = ()  # with SpeechOptions.word_timestamps (model.speech_words)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class SpeechOptions:
     logprob_threshold: float | None = None
     seed: int = 0  # the sampling's: each decoding of a window draws from seed + the decodings before it
     max_new_tokens: int | None = None  # per window; None: what the decoder's positions leave after the prompt
+    # each segment's words timed (Segment.words): one more decoder pass per decoded window
+    word_timestamps: bool = False
 
     @classmethod
     def with_fallback(cls, **choices) -> "SpeechOptions":
@@ -110,6 +117,7 @@ class SpeechWindows:
         self.window = FRAMES_PER_POSITION * bundle.config.max_source_positions  # 3000 (30 s) in openai/whisper's
         self.features = padded_features(samples, bundle.config.num_mel_bins, self.window)  # (M, F)
         self.frames = self.features.shape[-1]
+        self.audio_frames = min(-(-len(samples) // HOP), self.frames)  # the extractor's attention mask: no padding
         self.timestamps = options.timestamps or self.frames > self.window  # long-form seeks by timestamps
         prompt = bundle.tokenizer.encode(options.prompt) if options.prompt else []
         self.prompt = ([tokens.previous] + prompt) if prompt else []
@@ -155,7 +163,15 @@ class SpeechWindows:
                                            seed=self.options.seed + self.decodings if sampling else None)
         stamps = TimestampRules(tokens.no_timestamps, tokens.max_initial_timestamp) if self.timestamps else None
         return replace(params, bad_words_ids=tuple((t,) for t in tokens.suppress), decoder_prompt=prompt,
-                       suppress_at_begin=tokens.suppress_at_begin, timestamps=stamps)
+                       suppress_at_begin=tokens.suppress_at_begin, timestamps=stamps, token_timing=self.timing())
+
+    def timing(self) -> TokenTiming | None:
+        """What times the window's tokens for its words: the alignment heads over its encoder positions of audio
+        (transformers crops them so, by the features' attention mask)."""
+        if not self.options.word_timestamps:
+            return None
+        audio = min(self.audio_frames - self.seek, self.window) // FRAMES_PER_POSITION
+        return TokenTiming(self.tokens.alignment_heads, max(audio, 1), self.tokens.end)
 
     def take(self, hypothesis: Hypothesis) -> list[Segment]:
         """The decoded window's best hypothesis → its segments (kept for transcript()); the seek moves on. Nothing
@@ -178,13 +194,29 @@ class SpeechWindows:
         segments, advance = window_segments(ids, self.tokens.first_timestamp, frames)
         offset = self.seek * FRAME_SECONDS
         # within the audio: a window's timestamps may run past its last sample (to 30 s, as the padding allows)
-        out = [Segment(min(offset + start, self.duration), min(offset + end, self.duration),
-                       self.bundle.decode(list(part)), tuple(part), avg_logprob, temperature)
-               for start, end, part in segments]
+        out, first = [], 0  # first: the index of a segment's first token in ids
+        for start, end, part in segments:
+            start, end = min(offset + start, self.duration), min(offset + end, self.duration)
+            words = self.words(part, first, hypothesis.times, offset, start, end) if hypothesis.times else ()
+            out.append(Segment(start, end, self.bundle.decode(list(part)), tuple(part), avg_logprob, temperature,
+                               words))
+            first += len(part)
         self.segments += out
         self.seek += advance
         self.tries = 0
         return out
+
+    def words(self, part: list[int], first: int, times: TokenTimes, offset: float, start: float,
+              end: float) -> tuple[Word, ...]:
+        """A segment's words: its tokens `part`, from index `first` of the window's (at `offset` seconds), within
+        the segment's times (start, end). openai-whisper moves a segment's bounds onto its words instead; here a
+        segment keeps the timestamps the model decoded, with words or without."""
+        text = [(k, token) for k, token in enumerate(part, first) if token < self.tokens.end]
+
+        def seconds(position: int) -> float:
+            return min(max(round(offset + position * TIMESTAMP_SECONDS, 2), start), end)
+        return segment_words(self.bundle.tokenizer.token_bytes([token for _, token in text]), [k for k, _ in text],
+                             times, seconds, (self.language or "en") in SPACELESS)
 
     def falls_back(self, ids: list[int], avg_logprob: float) -> bool:
         """Whether a window's tokens (</s> dropped) fail the options' thresholds."""

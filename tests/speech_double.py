@@ -3,7 +3,7 @@ speech model whose transcript is scripted (the real one's windows are tested aga
 
 from __future__ import annotations
 
-from model import Segment, Transcript
+from model import Segment, Transcript, Word
 
 from server.front import ModelRegistry
 from server.front.registry import DEMO_MODEL_NAME, ModelEntry
@@ -11,7 +11,8 @@ from server.runtime.local import LocalModels, load_service
 
 SPEECH_MODEL = "tiny-speech"
 TRANSCRIPT = Transcript(language="en", duration=4.0, text=" forty-two seven", segments=(
-    Segment(start=0.0, end=1.52, text=" forty-two", token_ids=(1, 2), avg_logprob=-0.25),
+    Segment(start=0.0, end=1.52, text=" forty-two", token_ids=(1, 2), avg_logprob=-0.25,
+            words=(Word(0.0, 0.62, " forty", 0.75), Word(0.62, 1.5, "-two", 0.5))),
     Segment(start=1.52, end=3.004, text=" seven", token_ids=(3,), avg_logprob=-0.5)))
 
 

@@ -70,6 +70,7 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, position
         bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, decoder_start_token_id=start, max_length=448,
         no_timestamps_token_id=ids["<|notimestamps|>"], prev_sot_token_id=ids["<|startofprev|>"],
         is_multilingual=multilingual, max_initial_timestamp_index=50, begin_suppress_tokens=[space, eos],
+        alignment_heads=[[0, 3], [1, 0], [1, 2]],  # both layers, out of order (ours must not sort them)
         suppress_tokens=[5, 17, 40, *(ids[t] for t in ("<|translate|>", "<|transcribe|>", "<|startoflm|>",
                                                        "<|startofprev|>", "<|nocaptions|>"))], **extra)
     model.save_pretrained(path)

@@ -12,7 +12,7 @@ V target vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable
 
 import torch
@@ -24,6 +24,7 @@ from ..network.kv_cache import KVCache
 from .kinds import KINDS, Isolation, StepInputs, new_search
 from .logits_rules import ActiveRules, RowRules
 from .search import DecodeParams, Hypothesis, Search, target_length
+from .token_timing import time_tokens
 
 
 @dataclass
@@ -160,11 +161,24 @@ class BatchDecoder:
             if error is not None:
                 events.append(StepEvent(key, None, None, error))
             else:
-                events.append(StepEvent(key, s.streamed_token(), s.results() if s.done else None))
+                events.append(StepEvent(key, s.streamed_token(), self._results(s) if s.done else None))
             if error is not None or s.done:
                 leaving.append(key)
         self._release(leaving)
         return events
+
+    def _results(self, search: Search) -> list[Hypothesis]:
+        """A finished search's hypotheses, their tokens timed where its params ask (token_timing): a pass each on
+        its source's cross-attention keys and values, read in its cache rows before they are freed."""
+        results, timing = search.results(), search.params.token_timing
+        if timing is None:
+            return results
+        row, length, cache = search.rows[0], search.source_len, self.cache
+        cross_k, cross_v = (kv[:, row:row + 1, :, :length] for kv in (cache.cross_k, cache.cross_v))  # (L, 1, H, S, Dh)
+        mask = cache.source_mask[row:row + 1, None, None, :length]  # (1, 1, 1, S)
+        prompt = list(search.params.decoder_prompt or (search.start_id,))
+        return [replace(h, times=time_tokens(self.model, cross_k, cross_v, mask, prompt, h.token_ids, timing))
+                for h in results]
 
     def _scores(self, searches: list[Search], target_len: int) -> StepInputs:
         """The network's next-token logits and log-probabilities of the live rows, each (n, V), after the rules,

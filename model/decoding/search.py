@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .speech_rules import TimestampRules
+from .token_timing import TokenTimes, TokenTiming
 
 NEG_INF = float("-inf")
 START_TOKENS = 1  # the decoder start token: transformers' max_length counts it, max_new_tokens does not
@@ -67,6 +68,8 @@ class DecodeParams:
     decoder_prompt: tuple[int, ...] = ()
     suppress_at_begin: tuple[int, ...] = ()  # tokens banned as the first generated one (Whisper's begin_suppress)
     timestamps: TimestampRules | None = None  # Whisper's timestamp rule (model.decoding.speech_rules)
+    # Whisper's word timestamps: the returned hypotheses' tokens timed (model.decoding.token_timing)
+    token_timing: TokenTiming | None = None
     allowed_tokens: tuple[int, ...] = ()  # the only tokens a row may choose (Whisper's language detection); (): all
     # a bit per target token (token t: byte t // 8, bit t % 8), set where it continues the word before it: a term
     # followed by one is not placed, glued into a longer word (glossary.glued_tokens)
@@ -118,6 +121,7 @@ class Hypothesis:
     token_ids: list[int]  # generated tokens, </s> included when produced
     score: float  # sum of log-probabilities / len(token_ids) ** length_penalty
     finish_reason: str  # "eos" or "length"
+    times: TokenTimes | None = None  # where DecodeParams.token_timing asked
 
 
 def finish_reason(tokens: list[int], params: DecodeParams, eos_id: int) -> str:

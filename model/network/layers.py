@@ -262,9 +262,12 @@ class DecoderLayer(Sublayers):
     def forward(self, x, self_mask, cross_k, cross_v, cross_mask):
         """Teacher-forced pass over a whole target prefix (training and the no-cache oracle); self_mask None
         means plain causal attention."""
-        x, _ = self.post_self_attention(x, self._teacher_forced_self_attention(x, self_mask), cross_k, cross_v,
+        return self.teacher_forced(x, self_mask, cross_k, cross_v, cross_mask)[0]
+
+    def teacher_forced(self, x, self_mask, cross_k, cross_v, cross_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward, and the cross-attention's input (what its queries project: for its weights)."""
+        return self.post_self_attention(x, self._teacher_forced_self_attention(x, self_mask), cross_k, cross_v,
                                         cross_mask)
-        return x
 
     def cross_attention_weights(self, x, self_mask, cross_k, cross_mask) -> torch.Tensor:
         """Teacher-forced, as forward: the cross-attention weights (B, H, T, S) this layer computes on input x."""

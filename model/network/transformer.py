@@ -215,22 +215,43 @@ class Seq2SeqTransformer(nn.Module):
         k, _ = attending.encoder_attn.project_memory(memory)
         return attending.cross_attention_weights(x, self_mask, k, cross_mask)
 
+    def heads_attention(self, tgt_ids: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
+                        cross_mask: torch.Tensor, heads: tuple[tuple[int, int], ...]) -> tuple[torch.Tensor, ...]:
+        """Teacher-forced over decoder inputs tgt_ids (B, T) on a source's cached cross-attention keys and values
+        (2 × (L, B, H, S, Dh), cross_mask (B, 1, 1, S)) → logits (B, T, V) and the float32 cross-attention weights
+        (B, A, T, S) of the (layer, head) pairs `heads`, in their order: Whisper's alignment heads, after a
+        window is decoded (model.decoding.token_timing). The cached step returns no weights, and stays as fast."""
+        x, self_mask = self._decoder_input(tgt_ids)
+        picked = {}  # (layer, head) → (B, T, S): only these kept, a layer's other heads freed as it is done
+        for i, layer in enumerate(self.decoder_layers):
+            x, queried = layer.teacher_forced(x, self_mask, cross_k[i], cross_v[i], cross_mask)
+            if any(i == wanted for wanted, _ in heads):
+                weights = layer.encoder_attn.weights(queried, cross_k[i], cross_mask)  # (B, H, T, S)
+                picked |= {(i, h): weights[:, h].clone() for wanted, h in heads if wanted == i}
+        return self.logits(x), torch.stack([picked[pair] for pair in heads], 1)  # (B, T, V), (B, A, T, S)
+
     def _teacher_forced(self, src_ids, src_mask, tgt_ids, layers: int):
         """The decoder state (B, T, D) after the first `layers` decoder layers, with what the next layer reads:
         the self-attention mask (None: causal), the encoder output (B, S, D) and the cross mask (B, 1, 1, S)."""
         memory = self.encode(src_ids, src_mask)
         cross_mask = src_mask[:, None, None, :]
-        positions = self.decoder_positions(tgt_ids) if self.decoder_positions is not None else None
-        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tgt_ids, positions)
-        self_mask = None  # causal
-        if self.decoder_relative_bias is not None:  # (1, H, T, T): the bias, -inf above the diagonal
-            t = tgt_ids.shape[1]
-            future = torch.ones(t, t, dtype=torch.bool, device=tgt_ids.device).triu(1)
-            self_mask = self.decoder_relative_bias(t).masked_fill(future, float("-inf"))
+        x, self_mask = self._decoder_input(tgt_ids)
         for layer in self.decoder_layers[:layers]:
             k, v = layer.encoder_attn.project_memory(memory)
             x = layer(x, self_mask, k, v, cross_mask)
         return x, self_mask, memory, cross_mask
+
+    def _decoder_input(self, tgt_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Decoder inputs (B, T) embedded (B, T, D), and the self-attention mask of a teacher-forced pass (None:
+        causal)."""
+        positions = self.decoder_positions(tgt_ids) if self.decoder_positions is not None else None
+        x = self._embed(self.decoder_embed, self.decoder_embed_norm, tgt_ids, positions)
+        self_mask = None
+        if self.decoder_relative_bias is not None:  # (1, H, T, T): the bias, -inf above the diagonal
+            t = tgt_ids.shape[1]
+            future = torch.ones(t, t, dtype=torch.bool, device=tgt_ids.device).triu(1)
+            self_mask = self.decoder_relative_bias(t).masked_fill(future, float("-inf"))
+        return x, self_mask
 
     def new_cache(self, rows: int, max_target_len: int, max_source_len: int) -> KVCache:
         c = self.config

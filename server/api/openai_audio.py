@@ -1,9 +1,9 @@
 """OpenAI's audio API over the front's speech door (front.speech): `POST /v1/audio/transcriptions` and
 `/v1/audio/translations` (into English, the speech model's own translate task), multipart as the official client
 sends them: `file`, `model`, `language` (transcriptions), `prompt`, `temperature` (0: Whisper's fallback,
-model.speech), `response_format` (json, text, srt, vtt, verbose_json), `timestamp_granularities[]` (segment; word is
-refused: no word timings are computed) and `stream` (json and text: `transcript.text.delta` events, one a segment,
-then `transcript.text.done`).
+model.speech), `response_format` (json, text, srt, vtt, verbose_json), `timestamp_granularities[]` (segment, word:
+verbose_json's `segments` and `words`, as OpenAI's, segments alone when none is named; word only with verbose_json)
+and `stream` (json and text: `transcript.text.delta` events, one a segment, then `transcript.text.done`).
 
 `model` names a served speech model; OpenAI's own name `whisper-1`, when no model has that name, is the first one.
 Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`, as the completions' (openai.STYLE's table).
@@ -74,7 +74,8 @@ async def answer(request: Request, task: str):
     # OpenAI's translations take no language: the spoken one is detected. Timestamps in every format, as Whisper's
     # own transcribe decodes, so that json's text is verbose_json's.
     # Temperature 0 is OpenAI's "raised while the thresholds fail": Whisper's own fallback.
-    choices = dict(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt)
+    choices = dict(task=task, language=body.language if task == "transcribe" else None, prompt=body.prompt,
+                   word_timestamps="word" in body.timestamp_granularities)
     options = (SpeechOptions.with_fallback(**choices) if body.temperature == 0
                else SpeechOptions(**choices, temperature=body.temperature))
     job, model = SpeechJob(samples, options), speech_model(request, body.model)
@@ -104,9 +105,9 @@ async def read(request: Request) -> tuple[UploadFile, AudioRequest]:
     data["timestamp_granularities"] = params.many("timestamp_granularities[]") + params.many("timestamp_granularities")
     body = validated(AudioRequest, data, lambda name: f"{name}: a required parameter is missing",
                      lambda name, why: f"{name}: {why}")
-    if "word" in body.timestamp_granularities:
-        raise InvalidRequest("timestamp_granularities[]: word timestamps are not supported by this server (segments "
-                             "are)", field="timestamp_granularities[]")
+    if "word" in body.timestamp_granularities and body.response_format != "verbose_json":
+        raise InvalidRequest(f"timestamp_granularities[]: word timestamps need response_format 'verbose_json', not "
+                             f"{body.response_format!r}", field="timestamp_granularities[]")
     if body.stream and body.response_format not in ("json", "text"):
         raise InvalidRequest(f"stream: not with response_format {body.response_format!r} (json or text)",
                              field="stream")
@@ -121,10 +122,20 @@ def response(transcript: Transcript, body: AudioRequest, task: str):
         return PlainTextResponse(transcript.text)
     if body.response_format in SUBTITLE_FORMATS:
         return PlainTextResponse(subtitles(transcript.segments, body.response_format))
-    return JSONResponse({"task": task, "language": language_name(transcript.language).lower(),
-                         "duration": transcript.duration, "text": transcript.text,
-                         "segments": [segment_json(i, s) for i, s in enumerate(transcript.segments)],
-                         "usage": usage})
+    return JSONResponse(verbose_json(transcript, task, body.timestamp_granularities or ["segment"], usage))
+
+
+def verbose_json(transcript: Transcript, task: str, granularities: list[str], usage: dict) -> dict:
+    """OpenAI's TranscriptionVerbose: `segments` and `words` as the granularities name them (a word without its
+    leading space, as OpenAI's)."""
+    answer = {"task": task, "language": language_name(transcript.language).lower(), "duration": transcript.duration,
+              "text": transcript.text}
+    if "segment" in granularities:
+        answer["segments"] = [segment_json(i, s) for i, s in enumerate(transcript.segments)]
+    if "word" in granularities:
+        answer["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end}
+                           for segment in transcript.segments for w in segment.words]
+    return answer | {"usage": usage}
 
 
 def segment_json(index: int, segment: Segment) -> dict:

@@ -1,7 +1,8 @@
 """OpenAI's audio API through a real server (python -m server --no-ray, a tiny random Whisper checkpoint beside the
 demo translation model): the official `openai` client unchanged, `audio.transcriptions.create` in every
-response_format and streamed, `audio.translations.create`, and the native /v1/transcribe's subtitles. Random weights
-give random text: the oracle is model.Transcriber in this process on the same file's samples."""
+response_format (verbose_json with words too) and streamed, `audio.translations.create`, and the native
+/v1/transcribe's subtitles. Random weights give random text: the oracle is model.Transcriber in this process on the
+same file's samples."""
 
 import httpx
 import openai
@@ -97,9 +98,21 @@ def test_translations_with_openai_s_model_name(client, audio, oracle):
     assert answer.text == oracle["translate"].text  # the language detected, as the oracle's
 
 
-def test_word_timestamps_are_refused_saying_so(client, audio):
-    with pytest.raises(openai.BadRequestError, match="word timestamps are not supported"):
-        transcribe(client, audio, response_format="verbose_json", timestamp_granularities=["word"])
+def test_verbose_json_words(client, audio, checkpoint):
+    """Words at the top level (OpenAI's TranscriptionVerbose.words) in order, each within a segment, as
+    model.Transcriber times them in this process; word timestamps need verbose_json."""
+    answer = transcribe(client, audio, response_format="verbose_json", timestamp_granularities=["word", "segment"])
+    assert answer.words and answer.segments
+    assert [w.start for w in answer.words] == sorted(w.start for w in answer.words)
+    assert all(any(s.start <= w.start <= w.end <= s.end for s in answer.segments) for w in answer.words)
+    samples = read_audio(audio.read_bytes(), max_bytes=10**8, max_seconds=600)
+    expected = Transcriber.from_pretrained(str(checkpoint)).transcribe(samples, SpeechOptions.with_fallback(
+        language="en", max_new_tokens=WINDOW_TOKENS, word_timestamps=True))
+    assert [(w.word, w.start, w.end) for w in answer.words] == \
+        [(w.word.strip(), w.start, w.end) for s in expected.segments for w in s.words]
+    assert answer.text == expected.text  # words change nothing else
+    with pytest.raises(openai.BadRequestError, match="timestamp_granularities.*need response_format 'verbose_json'"):
+        transcribe(client, audio, timestamp_granularities=["word"])
 
 
 def test_hostile_audio_is_a_400_and_the_server_goes_on(client, audio, oracle):

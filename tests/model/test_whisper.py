@@ -2,7 +2,8 @@
 WhisperFeatureExtractor's, the Hub layout loaded, and WhisperForConditionalGeneration.generate's tokens in float32,
 token for token: greedy and beam 4, transcribe and translate, language given and detected, timestamps on and off,
 a prompt, short-form and long-form (past 30 s, in windows that seek by timestamps). Then batch invariance: a
-window decoded alone and inside a running batch of other windows, bit for bit, in float32, bfloat16 and int8.
+window decoded alone and inside a running batch of other windows, bit for bit (its token times too), in float32,
+bfloat16 and int8. Word timestamps: test_whisper_words.
 
 Random weights loop to the token limit, so every comparison gives both sides the same small max_new_tokens.
 """
@@ -197,8 +198,9 @@ def test_a_windows_decoding_does_not_depend_on_its_batch(checkpoints, dtype):
                for seconds in (3, 9, 17, 29)]
     features = [w.next_source().features for w in windows]
     for beams in (1, 4):
-        params = SpeechWindows(bundle, np.zeros(16000, np.float32),
-                               SpeechOptions(language="en", num_beams=beams, max_new_tokens=NEW_TOKENS)).decode_params()
+        params = SpeechWindows(bundle, np.zeros(16000, np.float32),  # the results' token times compared too
+                               SpeechOptions(language="en", num_beams=beams, max_new_tokens=NEW_TOKENS,
+                                             word_timestamps=True)).decode_params()
         assert differences(bundle.network, features, params) == [], beams
 
 

@@ -73,6 +73,21 @@ def test_verbose_json(client):
     assert first["compression_ratio"] > 0 and "words" not in answer
 
 
+def test_verbose_json_words(client, models):
+    """OpenAI's `words` (without their leading spaces) from the segments' words; the segments only when named."""
+    answer = client.post("/v1/audio/transcriptions", data={
+        "model": SPEECH_MODEL, "response_format": "verbose_json",
+        "timestamp_granularities[]": ["word", "segment"]}, files={"file": ("speech.wav", WAV)}).json()
+    assert answer["words"] == [{"word": "forty", "start": 0.0, "end": 0.62},
+                               {"word": "-two", "start": 0.62, "end": 1.5}]
+    assert len(answer["segments"]) == 2 and models.speech.jobs[-1].options.word_timestamps
+    answer = post(client, "/v1/audio/transcriptions", {"response_format": "verbose_json",
+                                                       "timestamp_granularities[]": "word"}).json()
+    assert len(answer["words"]) == 2 and "segments" not in answer
+    post(client, "/v1/audio/transcriptions", {"response_format": "verbose_json"})
+    assert not models.speech.jobs[-1].options.word_timestamps
+
+
 def test_translations_are_the_translate_task_without_a_language(client, models):
     answer = post(client, "/v1/audio/translations", {"language": "fr", "model": "whisper-1"})
     assert answer.json() == {"text": TRANSCRIPT.text}
@@ -90,7 +105,7 @@ def test_stream(client):
 
 
 @pytest.mark.parametrize("data, file, status, param, words", [
-    ({"timestamp_granularities[]": "word"}, WAV, 400, "timestamp_granularities[]", "word timestamps"),
+    ({"timestamp_granularities[]": "word"}, WAV, 400, "timestamp_granularities[]", "not 'json'"),
     ({"response_format": "srt", "stream": "true"}, WAV, 400, "stream", "json or text"),
     ({"response_format": "xml"}, WAV, 400, "response_format", "json"),
     ({"temperature": "1.5"}, WAV, 400, "temperature", "1"),

@@ -83,6 +83,7 @@ class SpeechTokens:
     suppress_at_begin: tuple[int, ...]
     max_initial_timestamp: int | None
     max_target_positions: int
+    alignment_heads: tuple[tuple[int, int], ...]  # (decoder layer, head) whose cross-attention times the words
 
     @property
     def first_timestamp(self) -> int:
@@ -108,7 +109,24 @@ def read_speech_tokens(model_dir: Path, pieces: TokenizerJson, config: dict) -> 
         suppress=tuple(gen.get("suppress_tokens") or ()),
         suppress_at_begin=tuple(gen.get("begin_suppress_tokens") or ()),
         max_initial_timestamp=gen.get("max_initial_timestamp_index"),
-        max_target_positions=config.get("max_target_positions", DEFAULTS["max_target_positions"]))
+        max_target_positions=config.get("max_target_positions", DEFAULTS["max_target_positions"]),
+        alignment_heads=alignment_heads(gen.get("alignment_heads"), config, path))
+
+
+def alignment_heads(listed: list | None, config: dict, path: Path) -> tuple[tuple[int, int], ...]:
+    """generation_config.json's alignment_heads ([layer, head] pairs), checked against the decoder's size. Absent
+    (a fine-tuned checkpoint often drops them): every head of the decoder's last half of layers, openai-whisper's
+    default (transformers refuses token timestamps instead)."""
+    layers = config.get("decoder_layers", DEFAULTS["decoder_layers"])
+    heads = config.get("decoder_attention_heads", DEFAULTS["decoder_attention_heads"])
+    if listed is None:
+        return tuple((layer, head) for layer in range(layers // 2, layers) for head in range(heads))
+    pairs = tuple(tuple(pair) for pair in listed)
+    wrong = next((p for p in pairs if len(p) != 2 or not (0 <= p[0] < layers and 0 <= p[1] < heads)), None)
+    if wrong is not None or not pairs:
+        raise CheckpointError(f"{path}: alignment_heads {listed!r}: expected [layer, head] pairs within the "
+                              f"decoder's {layers} layers of {heads} heads")
+    return pairs
 
 
 class WhisperTokenizer(PiecesTokenizer):
