@@ -153,6 +153,8 @@ class ModelInfo:
     max_generate_chars: int  # of a /v1/generate text
     chat_template: str | None = None  # the checkpoint's own (tokenizer_config.json), for OpenAI's chat
     speech: bool = False  # takes audio, not text: served by the audio routes only
+    max_audio_bytes: int | None = None  # a speech model's: of one audio file, and its duration (the page's bounds)
+    max_audio_seconds: float | None = None
     device: str = "cpu"  # where its weights run, and in which number format (`auto` resolved)
     dtype: str = "float32"
     kernels: str | None = None  # on a CPU: the instruction sets its kernels may use (oneDNN's rung, ATen's)

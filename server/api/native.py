@@ -75,7 +75,8 @@ def model_card(info: ModelInfo, created: int) -> ModelCard:
         limits=ModelLimits(max_texts=info.max_texts, max_input_tokens=info.max_input_tokens,
                            max_new_tokens=info.max_new_tokens, max_beams=info.max_beams,
                            max_request_chars=info.max_request_chars, max_document_chars=info.max_document_chars,
-                           max_generate_chars=info.max_generate_chars))
+                           max_generate_chars=info.max_generate_chars, max_audio_bytes=info.max_audio_bytes,
+                           max_audio_seconds=info.max_audio_seconds))
 
 
 

@@ -146,6 +146,8 @@ class ModelLimits(BaseModel):
     max_request_chars: int = Field(description="characters of a translate request's texts together")
     max_document_chars: int = Field(description="characters of one text of a translate request")
     max_generate_chars: int = Field(description="characters of a /v1/generate text")
+    max_audio_bytes: int | None = Field(None, description="a speech model's: bytes of one audio file")
+    max_audio_seconds: float | None = Field(None, description="a speech model's: seconds of one audio file")
 
 
 class Language(BaseModel):

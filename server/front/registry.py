@@ -18,6 +18,7 @@ from ..settings import Settings
 from .language_support import serves
 
 DEMO_MODEL_NAME = "demo-numbers"
+DEMO_SPEECH_MODEL_NAME = "demo-spoken-numbers"
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
         max_new_tokens=limits.max_new_tokens, max_beams=limits.beam_limit, max_request_chars=limits.max_request_chars,
         max_document_chars=limits.max_document_chars, max_generate_chars=limits.max_generate_chars,
         chat_template=entry.chat_template, speech=entry.speech,
+        max_audio_bytes=settings.max_audio_bytes if entry.speech else None,
+        max_audio_seconds=settings.max_audio_seconds if entry.speech else None,
         device=device, dtype=dtype, kernels=instruction_sets() if device == "cpu" else None)
 
 
@@ -79,10 +82,11 @@ class ModelRegistry:
     @classmethod
     def from_paths(cls, paths: list[str] | None) -> "ModelRegistry":
         """Each path is a checkpoint, a directory of checkpoints or a Hub repo id (named as given; each process
-        that loads it resolves it in its own cache); no paths = the embedded demo model. CheckpointError naming
-        the model that cannot be described."""
+        that loads it resolves it in its own cache); no paths = the embedded demo models (text and speech).
+        CheckpointError naming the model that cannot be described."""
         if not paths:
-            return cls([describe(DEMO_MODEL_NAME, demo_model_dir())])
+            return cls([describe(DEMO_MODEL_NAME, demo_model_dir()),
+                        describe(DEMO_SPEECH_MODEL_NAME, demo_model_dir(speech=True))])
         entries = []
         for raw in paths:
             path = Path(raw).resolve()

@@ -9,10 +9,6 @@ import { fillSelect, languageName } from "./catalog.js";
 import { downloadName, offer } from "./files.js";
 import { Recorder, canRecord } from "./recorder.js";
 
-// The server's default limit of an audio file's duration: the page cannot read the server's own, and a server set
-// lower refuses a longer recording with a 400 naming its limit, shown as any error.
-const MAX_RECORDING_S = 600;
-
 const $ = (id) => document.getElementById(id);
 const clock = (seconds) => `${Math.floor(seconds / 60)}:${String(Math.floor(seconds % 60)).padStart(2, "0")}`;
 
@@ -21,6 +17,8 @@ export function setupSpeech({ catalog, report, changed }) {
   const status = $("speech-status"), link = $("subtitles-download"), output = $("transcript");
   const audio = $("audio"), recordButton = $("record"), transcribeButton = $("transcribe");
   let recorder = null; // while recording
+  // The chosen speech model's limits, from its card: a recording stops at the duration, a larger file is not sent.
+  const limits = () => (catalog.speech.find((m) => m.id === model.value) ?? catalog.speech[0]).limits;
   $("tab-speech").hidden = catalog.speech.length === 0;
   $("speech-model-choice").hidden = catalog.speech.length < 2;
   recordButton.hidden = !canRecord();
@@ -59,6 +57,12 @@ export function setupSpeech({ catalog, report, changed }) {
     if (recorder || transcribeButton.disabled) return; // Ctrl+Enter while recording or transcribing
     const file = audio.files[0];
     if (!file) return report(new Error(`Choose ${recordButton.hidden ? "" : "or record "}an audio file first.`));
+    const { max_audio_bytes: maxBytes } = limits();
+    if (file.size > maxBytes) {
+      const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+      return report(new Error(`${file.name} is ${mb(file.size)}; this server takes audio files of ${mb(maxBytes)} `
+                              + "at most."));
+    }
     if (link.href) URL.revokeObjectURL(link.href);
     link.hidden = true;
     output.value = "";
@@ -83,15 +87,16 @@ export function setupSpeech({ catalog, report, changed }) {
   }
 
   function showTime(seconds) {
-    status.textContent = `Recording ${clock(seconds)} (at most ${clock(MAX_RECORDING_S)})`;
-    if (seconds >= MAX_RECORDING_S && recorder) stop();
+    const most = limits().max_audio_seconds;
+    status.textContent = `Recording ${clock(seconds)} (at most ${clock(most)})`;
+    if (seconds >= most && recorder) stop();
   }
 
   async function record() {
     recordButton.disabled = true; // until the microphone is allowed or refused
     status.textContent = "Asking for the microphone…";
     try {
-      recorder = await Recorder.start(MAX_RECORDING_S, showTime);
+      recorder = await Recorder.start(limits().max_audio_seconds, showTime);
       recording(true);
       report(null);
     } catch (error) {
