@@ -17,6 +17,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import sentencepiece as spm
 import torch
@@ -94,6 +95,33 @@ def learning_rate(step: int, progress: float, peak: float, warmup: int) -> float
     return peak * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def train_within(model: torch.nn.Module, minutes: float, warmup: int, step_loss: Callable[[int], torch.Tensor],
+                 report_every: int = 50) -> int:
+    """Adam (peak 1e-3, linear warm-up, cosine decay over the time budget, gradients clipped at 1) on the loss
+    step_loss(step) computes, until `minutes` have passed; the model is left in eval mode. Returns the steps."""
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3, betas=(0.9, 0.98),
+                                 eps=1e-9)
+    budget = minutes * 60
+    start, step = time.monotonic(), 0
+    bar = tqdm(total=int(budget), unit="s", bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s {postfix}")
+    model.train()
+    while (elapsed := time.monotonic() - start) < budget:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, elapsed / budget, 1e-3, warmup)
+        loss = step_loss(step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if step % report_every == 0:
+            bar.update(int(time.monotonic() - start) - bar.n)
+            bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
+    bar.close()
+    model.eval()
+    return step
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m model.demo.train", description="Train the embedded demo model.")
     p.add_argument("--out", default=str(Path(__file__).parent / "checkpoint"))
@@ -122,31 +150,18 @@ def main(argv: list[str] | None = None) -> None:
     for name, param in model.named_parameters():
         if param.dim() > 1:
             torch.nn.init.normal_(param, 0.0, config.d_model ** -0.5 if "embed" in name else 0.02)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
-    budget = args.minutes * 60
-    start, step = time.monotonic(), 0
-    bar = tqdm(total=int(budget), unit="s", bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s {postfix}")
-    model.train()
     batches = length_buckets(src, tgt, pad, args.batch_size)
-    while (elapsed := time.monotonic() - start) < budget:
+
+    def step_loss(step: int) -> torch.Tensor:
         index = batches[step % len(batches)]
         s, t = src[index], tgt[index]
         s, t = s[:, : int((s != pad).sum(1).max())].to(device), t[:, : int((t != pad).sum(1).max()) + 1].to(device)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, elapsed / budget, 1e-3, 600)
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             logits = model(s, s != pad, t[:, :-1])  # (B, T, V)
-        loss = F.cross_entropy(logits.float().transpose(1, 2), t[:, 1:], ignore_index=pad, label_smoothing=0.1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        if step % 50 == 0:
-            bar.update(int(time.monotonic() - start) - bar.n)
-            bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
-    bar.close()
-    model.eval()
+        return F.cross_entropy(logits.float().transpose(1, 2), t[:, 1:], ignore_index=pad, label_smoothing=0.1)
+
+    start = time.monotonic()
+    step = train_within(model, args.minutes, 600, step_loss)
     save_network(model.cpu(), out, marian.config_json(config), marian.FAMILY.key_map, dtype=torch.float16)
     write_generation_config(out, pad, config.eos_token_id)
     print(f"{step} steps in {time.monotonic() - start:.0f} s; checkpoint written to {out}")

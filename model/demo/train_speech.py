@@ -28,7 +28,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm import tqdm
 
 from ..audio.decode import SAMPLE_RATE
 from ..audio.features import HOP, log_mel
@@ -37,6 +36,7 @@ from ..loading.families import whisper
 from ..network.audio_front import FRAMES_PER_POSITION
 from ..network.transformer import Seq2SeqTransformer
 from .data import held_out_numbers
+from .train import train_within
 from .spoken import say_all, spoken_text, training_requests
 
 POSITIONS = 300  # encoder positions: a 6-s window
@@ -150,12 +150,6 @@ def target_ids(bpe: Tokenizer, ids: dict[str, int], said: list[tuple[int, float,
     return out + [ids["<|endoftext|>"]]
 
 
-def learning_rate(step: int, progress: float, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
 def keep_key_biases_zero(model: Seq2SeqTransformer) -> None:
     """Whisper's key projections have no bias (the checkpoint stores none): the key thirds of the fused
     projections' biases stay zero."""
@@ -212,13 +206,8 @@ def main(argv: list[str] | None = None) -> None:
 
     windows = Windows(clips, rng)
     end = ids["<|endoftext|>"]
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3, betas=(0.9, 0.98),
-                                 eps=1e-9)
-    budget = args.minutes * 60
-    start, step = time.monotonic(), 0
-    bar = tqdm(total=int(budget), unit="s", bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s {postfix}")
-    model.train()
-    while (elapsed := time.monotonic() - start) < budget:
+
+    def step_loss(step: int) -> torch.Tensor:
         drawn = [windows.draw() for _ in range(args.batch_size)]
         features = log_mel(np.stack([samples for samples, _ in drawn]))  # (B, 80, 600)
         rows = [target_ids(bpe, ids, said, timestamps=len(said) > 1 or rng.random() < 0.6) for _, said in drawn]
@@ -227,21 +216,12 @@ def main(argv: list[str] | None = None) -> None:
             target[i, :len(row)] = torch.tensor(row)
         inputs = target[:, :-1].masked_fill(target[:, :-1] < 0, end)  # (B, T - 1)
         labels = target[:, 1:].masked_fill(target[:, 1:] == ids["<|notimestamps|>"], -100)  # given, not learnt
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, elapsed / budget, 1e-3, 500)
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
             logits = model(features, torch.ones(len(rows), POSITIONS, dtype=torch.bool), inputs)  # (B, T - 1, V)
-        loss = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, label_smoothing=0.1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        if step % 20 == 0:
-            bar.update(int(time.monotonic() - start) - bar.n)
-            bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
-    bar.close()
-    model.eval()
+        return F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, label_smoothing=0.1)
+
+    start = time.monotonic()
+    step = train_within(model, args.minutes, 500, step_loss, report_every=20)
     save_network(model, out, raw, whisper.FAMILY.key_map, dtype=torch.float16)
     write_configs(out, ids)
     print(f"{step} steps in {time.monotonic() - start:.0f} s; checkpoint written to {out}")
