@@ -24,10 +24,18 @@ from ..audio.decode import SAMPLE_RATE
 
 ESPEAK_RATE = 22050  # espeak-ng's output rate
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029")
-VARIANTS = ("", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5", "klatt", "klatt2",
-            "klatt3", "Alex", "Andy", "Annie", "Belinda", "Benjamin", "Caleb", "David", "Ed", "Gene", "John",
-            "Linda", "Max", "Michael", "Mike", "Paul", "Quincy", "Rob", "Steph", "Zac", "grandma", "grandpa")
-HELD_OUT_VARIANTS = ("m8", "f4", "Robert", "Lee", "shelby", "travis")
+# espeak-ng's variants (files in espeak-ng-data/voices/!v, names exact: an unknown one falls back to the default
+# voice without a word), all but the held-out ones, "Mr serious" (a space in its name) and "fast" (a speed only)
+VARIANTS = ("", "Alex", "Alicia", "Andrea", "Andy", "Annie", "AnxiousAndy", "Demonic", "Denis", "Diogo", "Gene",
+            "Gene2", "Henrique", "Hugo", "Jacky", "Marco", "Mario", "Michael", "Mike", "Nguyen", "RicishayMax",
+            "RicishayMax2", "RicishayMax3", "Storm", "Tweaky", "UniRobot", "adam", "anika", "anikaRobot", "announcer",
+            "antonio", "aunty", "belinda", "benjamin", "boris", "caleb", "croak", "david", "ed", "edward", "edward2",
+            "f1", "f2", "f3", "f4", "grandma", "grandpa", "gustave", "iven", "iven2", "iven3", "iven4", "john",
+            "kaukovalta", "klatt", "klatt2", "klatt3", "klatt4", "klatt5", "klatt6", "linda", "m1", "m2", "m3", "m4",
+            "m5", "m6", "m7", "marcelo", "max", "michel", "miguel", "norbert", "pablo", "paul", "pedro", "quincy",
+            "rob", "robosoft", "robosoft2", "robosoft3", "robosoft4", "robosoft5", "robosoft6", "robosoft7",
+            "robosoft8", "sandro", "steph", "steph2", "steph3", "victor", "whisper", "whisperf", "zac")
+HELD_OUT_VARIANTS = ("m8", "f5", "Lee", "shelby", "travis", "robert")
 SILENCE = 1e-3  # a 10-ms frame quieter than this (RMS, full scale 1) is not the voice
 
 
