@@ -26,7 +26,8 @@ def special_tokens(multilingual: bool) -> list[str]:
             + [f"<|{i * 0.02:.2f}|>" for i in range(1501)])
 
 
-def build_whisper(path: Path, multilingual: bool = True, seed: int = 0) -> Path:
+def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, positions: int = 448) -> Path:
+    """The checkpoint in `path`; `positions`: the decoder's (max_target_positions)."""
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
@@ -52,7 +53,7 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0) -> Path:
     config = WhisperConfig(vocab_size=len(ids) + text_tokens, num_mel_bins=80, d_model=32, encoder_layers=2,
                            decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
                            encoder_ffn_dim=64, decoder_ffn_dim=48, max_source_positions=1500,
-                           max_target_positions=448, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
+                           max_target_positions=positions, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
                            decoder_start_token_id=start, init_std=0.2)
     model = WhisperForConditionalGeneration(config).eval()
     generator = torch.Generator().manual_seed(seed + 1)
@@ -65,7 +66,7 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0) -> Path:
                  task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}) \
         if multilingual else {}
     model.generation_config = GenerationConfig(
-        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, decoder_start_token_id=start, max_length=448,
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, decoder_start_token_id=start, max_length=positions,
         no_timestamps_token_id=ids["<|notimestamps|>"], prev_sot_token_id=ids["<|startofprev|>"],
         is_multilingual=multilingual, max_initial_timestamp_index=50, begin_suppress_tokens=[space, eos],
         suppress_tokens=[5, 17, 40, *(ids[t] for t in ("<|translate|>", "<|transcribe|>", "<|startoflm|>",
