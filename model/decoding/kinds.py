@@ -135,21 +135,26 @@ class Sampling(Kind):
     def _sample(s: SingleSearch, scores: torch.Tensor, logprobs: torch.Tensor) -> None:
         row = s.rows[0]
         token = s.sample(scores[row])
-        s.advance(token, float(chosen_logprobs([s], scores[row:row + 1], logprobs[row:row + 1],
-                                               torch.tensor([[token]], device=scores.device))))
+        chosen_from = renormalized(scores[row:row + 1])[0] if s.params.renormalized_logprobs else logprobs[row]
+        s.advance(token, float(chosen_from[token]))
 
 
 def chosen_logprobs(searches: list[SingleSearch], scores: torch.Tensor, logprobs: torch.Tensor,
                     tokens: torch.Tensor) -> torch.Tensor:
     """The log-probabilities (g, 1) of the tokens (g, 1) that one-row searches chose from their rows' scores (g, V):
-    the model's own, from logprobs (g, V); renormalized over what the rules left where the search's params ask
-    (DecodeParams.renormalized_logprobs), through the log-softmax kernel the step's own go through."""
+    the model's own, from logprobs (g, V), or renormalized where the search's params ask."""
     own = logprobs.gather(1, tokens)
     asked = [s.params.renormalized_logprobs for s in searches]
     if not any(asked):
         return own
-    after = cuda_kernels.log_softmax(scores, out=torch.empty_like(scores)).gather(1, tokens)
+    after = renormalized(scores).gather(1, tokens)
     return after if all(asked) else torch.where(torch.tensor(asked, device=own.device)[:, None], after, own)
+
+
+def renormalized(scores: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (g, V) over what the rules left of the scores (g, V) (DecodeParams.renormalized_logprobs),
+    through the log-softmax kernel the step's own go through."""
+    return cuda_kernels.log_softmax(scores, out=torch.empty_like(scores))
 
 
 GREEDY, BEAM, CONSTRAINED, SAMPLING = Greedy(), Beam(), Constrained(), Sampling()

@@ -32,7 +32,8 @@ def test_a_loop_compresses_past_whispers_threshold_and_a_sentence_does_not():
 @pytest.mark.slow
 def test_windows_that_pass_are_the_plain_decoding(transcriber):
     samples = speech(SECONDS)
-    plain = transcriber.transcribe(samples, SpeechOptions(language="en", max_new_tokens=NEW_TOKENS))
+    plain = transcriber.transcribe(samples, SpeechOptions(language="en", max_new_tokens=NEW_TOKENS,
+                                                          condition_on_previous_text=True))
     passing = transcriber.transcribe(samples, fallback(compression_ratio_threshold=None,
                                                        logprob_threshold=float("-inf")))
     assert passing == plain and {s.temperature for s in passing.segments} == {0.0}
