@@ -15,7 +15,7 @@ generate has it:
   decoded again, sampled at the next temperature, and the last try stands. Sampling draws from the options' seed, so
   an audio's transcript is the same alone or in any batch;
 - conditioning on the previous text: after <|startofprev|>, the last tokens of the windows before (and of the
-  prompt), until a window was decoded at a temperature of 0.5 or more;
+  prompt), but not right after a window decoded at 0.5 or more (transformers'; openai-whisper's: above 0.5);
 - no-speech detection: a window whose <|nospeech|> probability is above a threshold and whose tokens are unlikely
   is skipped, no segment made of it.
 """
@@ -45,7 +45,7 @@ TASKS = ("transcribe", "translate")
 # transformers' prompt_condition_type: the prompt is the previous text's first part (dropped once it no longer fits),
 # or it comes before the previous text of every window
 PROMPT_CONDITIONS = ("first-segment", "all-segments")
-LOW_TEMPERATURE = 0.5  # a window decoded below it conditions the next one on the text so far (transformers')
+LOW_TEMPERATURE = 0.5  # only a window decoded below it lets the next one read the text so far (transformers')
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Transcript:
 class SpeechOptions:
     task: str = "transcribe"  # or "translate" (into English); an English-only model only transcribes
     language: str | None = None  # the spoken language; None: detected from the first 30 s
-    prompt: str | None = None  # text the decoder reads before each window (<|startofprev|>)
+    prompt: str | None = None  # text the decoder reads before each window (<|startofprev|>); see prompt_condition_type
     # each window's decoder also reads the previous windows' text (the last max_target_positions // 2 - 1 tokens)
     condition_on_previous_text: bool = False
     prompt_condition_type: str = "first-segment"  # or "all-segments" (PROMPT_CONDITIONS), with conditioning only
