@@ -11,7 +11,7 @@ from server.runtime.local import LocalModels, load_service
 
 SPEECH_MODEL = "tiny-speech"
 TRANSCRIPT = Transcript(language="en", duration=4.0, text=" forty-two seven", segments=(
-    Segment(start=0.0, end=1.52, text=" forty-two", token_ids=(1, 2), avg_logprob=-0.25,
+    Segment(start=0.0, end=1.52, text=" forty-two", token_ids=(1, 2), avg_logprob=-0.25, no_speech_prob=0.125,
             words=(Word(0.0, 0.62, " forty", 0.75), Word(0.62, 1.5, "-two", 0.5))),
     Segment(start=1.52, end=3.004, text=" seven", token_ids=(3,), avg_logprob=-0.5)))
 

@@ -26,9 +26,10 @@ def special_tokens(multilingual: bool) -> list[str]:
             + [f"<|{i * 0.02:.2f}|>" for i in range(1501)])
 
 
-def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, positions: int = 1500) -> Path:
-    """`positions`: the encoder's, two feature frames each (1500: openai/whisper's 30-s window; fewer: a shorter
-    window, as a checkpoint trained on short clips has)."""
+def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, encoder_positions: int = 1500,
+                  decoder_positions: int = 448) -> Path:
+    """The checkpoint in `path`. encoder_positions: two feature frames each (1500: openai/whisper's 30-s window;
+    fewer: a shorter window, as a checkpoint trained on short clips has); decoder_positions: max_target_positions."""
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
@@ -47,15 +48,15 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, position
     bpe.save(str(path / "tokenizer.json"))
     ids = {t: text_tokens + i for i, t in enumerate(specials)}
     (path / "added_tokens.json").write_text(json.dumps(ids))
-    WhisperFeatureExtractor(chunk_length=positions // 50).save_pretrained(path)
+    WhisperFeatureExtractor(chunk_length=encoder_positions // 50).save_pretrained(path)
 
     eos, start = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     torch.manual_seed(seed)
     config = WhisperConfig(vocab_size=len(ids) + text_tokens, num_mel_bins=80, d_model=32, encoder_layers=2,
                            decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
-                           encoder_ffn_dim=64, decoder_ffn_dim=48, max_source_positions=positions,
-                           max_target_positions=448, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
-                           decoder_start_token_id=start, init_std=0.2)
+                           encoder_ffn_dim=64, decoder_ffn_dim=48, max_source_positions=encoder_positions,
+                           max_target_positions=decoder_positions, pad_token_id=eos, bos_token_id=eos,
+                           eos_token_id=eos, decoder_start_token_id=start, init_std=0.2)
     model = WhisperForConditionalGeneration(config).eval()
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # norms and biases away from their initial values, so that they matter
@@ -67,7 +68,8 @@ def build_whisper(path: Path, multilingual: bool = True, seed: int = 0, position
                  task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}) \
         if multilingual else {}
     model.generation_config = GenerationConfig(
-        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, decoder_start_token_id=start, max_length=448,
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, decoder_start_token_id=start,
+        max_length=decoder_positions,
         no_timestamps_token_id=ids["<|notimestamps|>"], prev_sot_token_id=ids["<|startofprev|>"],
         is_multilingual=multilingual, max_initial_timestamp_index=50, begin_suppress_tokens=[space, eos],
         alignment_heads=[[0, 3], [1, 0], [1, 2]],  # both layers, out of order (ours must not sort them)

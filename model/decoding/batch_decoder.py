@@ -86,6 +86,7 @@ class BatchDecoder:
                             else None)
         self.searches: dict[Hashable, Search] = {}
         self.isolation = Isolation()
+        self.speech = model.audio_front is not None  # only a speech model's rows read a no-speech probability
 
     @property
     def live_rows(self) -> int:
@@ -197,11 +198,24 @@ class BatchDecoder:
         self.rules.record(step_tokens, step_positions)
         scores = logits.float()  # (n, V)
         logprobs = cuda_kernels.log_softmax(scores, out=self.logprobs[:n])
+        if self.speech:
+            self._read_no_speech(searches, logprobs)  # the model's own, before the rules change them
         self.rules.apply((scores, logprobs), step_positions, target_len, ActiveRules.of(searches))
 
         def alignment(rows: torch.Tensor, source_len: int) -> torch.Tensor:  # (G, R) → (G, R, S)
             return self.model.alignment(self.cache, queried[rows], rows[:, 0], source_len)
         return StepInputs(scores, logprobs, alignment)
+
+    @staticmethod
+    def _read_no_speech(searches: list[Search], logprobs: torch.Tensor) -> None:
+        """Each search whose input this step is the position its params' no-speech probe names takes the probe
+        token's probability (its rows are alike in the decoder prompt: the first one's)."""
+        due = [s for s in searches if s.params.no_speech is not None and s.cur_len - 1 == s.params.no_speech.position]
+        if not due:
+            return
+        rows, tokens = torch.tensor([[s.rows[0], s.params.no_speech.token] for s in due], device=logprobs.device).T
+        for s, prob in zip(due, logprobs[rows, tokens].double().exp().tolist()):
+            s.no_speech_prob = prob
 
     def _advance(self, searches: list[Search], step: StepInputs) -> list[int]:
         """Every search takes its next tokens, the searches of each kind together → the parent row of each live

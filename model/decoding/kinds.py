@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from ..kernels import cuda_kernels
 from .constrained import ConstrainedBeamSearch, advance_constrained, constrained_choices
 from .search import BeamSearch, DecodeParams, Search, SingleSearch, advance_beams
 from .vocabulary import select_rows, vocabulary_argmax, vocabulary_topk
@@ -80,8 +81,9 @@ class Greedy(Kind):
 
     def choices(self, searches: list[SingleSearch], step: StepInputs) -> list[torch.Tensor]:
         rows = [s.rows[0] for s in searches]
-        best = vocabulary_argmax(select_rows(step.scores, rows))  # (g, 1)
-        return [best, select_rows(step.logprobs, rows).gather(1, best)]
+        scores = select_rows(step.scores, rows)
+        best = vocabulary_argmax(scores)  # (g, 1)
+        return [best, chosen_logprobs(searches, scores, select_rows(step.logprobs, rows), best)]
 
     def advance(self, searches: list[SingleSearch], chosen: list[torch.Tensor], step: StepInputs,
                 isolation: Isolation) -> Parents:
@@ -131,8 +133,28 @@ class Sampling(Kind):
 
     @staticmethod
     def _sample(s: SingleSearch, scores: torch.Tensor, logprobs: torch.Tensor) -> None:
-        token = s.sample(scores[s.rows[0]])
-        s.advance(token, float(logprobs[s.rows[0], token]))
+        row = s.rows[0]
+        token = s.sample(scores[row])
+        chosen_from = renormalized(scores[row:row + 1])[0] if s.params.renormalized_logprobs else logprobs[row]
+        s.advance(token, float(chosen_from[token]))
+
+
+def chosen_logprobs(searches: list[SingleSearch], scores: torch.Tensor, logprobs: torch.Tensor,
+                    tokens: torch.Tensor) -> torch.Tensor:
+    """The log-probabilities (g, 1) of the tokens (g, 1) that one-row searches chose from their rows' scores (g, V):
+    the model's own, from logprobs (g, V), or renormalized where the search's params ask."""
+    own = logprobs.gather(1, tokens)
+    asked = [s.params.renormalized_logprobs for s in searches]
+    if not any(asked):
+        return own
+    after = renormalized(scores).gather(1, tokens)
+    return after if all(asked) else torch.where(torch.tensor(asked, device=own.device)[:, None], after, own)
+
+
+def renormalized(scores: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (g, V) over what the rules left of the scores (g, V) (DecodeParams.renormalized_logprobs),
+    through the log-softmax kernel the step's own go through."""
+    return cuda_kernels.log_softmax(scores, out=torch.empty_like(scores))
 
 
 GREEDY, BEAM, CONSTRAINED, SAMPLING = Greedy(), Beam(), Constrained(), Sampling()

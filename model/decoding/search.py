@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .speech_rules import TimestampRules
+from .speech_rules import NoSpeechProbe, TimestampRules
 from .token_timing import TokenTimes, TokenTiming
 
 NEG_INF = float("-inf")
@@ -70,6 +70,10 @@ class DecodeParams:
     timestamps: TimestampRules | None = None  # Whisper's timestamp rule (model.decoding.speech_rules)
     # Whisper's word timestamps: the returned hypotheses' tokens timed (model.decoding.token_timing)
     token_timing: TokenTiming | None = None
+    no_speech: NoSpeechProbe | None = None  # Whisper's no-speech probability, read into the hypotheses
+    # One-row searches (greedy, sampling): a token's log-probability over the tokens the rules leave, renormalized
+    # (Whisper's avg_logprob, in transformers and openai-whisper), not the model's own; beams keep their scores.
+    renormalized_logprobs: bool = False
     allowed_tokens: tuple[int, ...] = ()  # the only tokens a row may choose (Whisper's language detection); (): all
     # a bit per target token (token t: byte t // 8, bit t % 8), set where it continues the word before it: a term
     # followed by one is not placed, glued into a longer word (glossary.glued_tokens)
@@ -122,6 +126,7 @@ class Hypothesis:
     score: float  # sum of log-probabilities / len(token_ids) ** length_penalty
     finish_reason: str  # "eos" or "length"
     times: TokenTimes | None = None  # where DecodeParams.token_timing asked
+    no_speech_prob: float | None = None  # read where params.no_speech asks
 
 
 def finish_reason(tokens: list[int], params: DecodeParams, eos_id: int) -> str:
@@ -145,6 +150,7 @@ class Search:
         self.sequences: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.start_id = params.decoder_prompt[0] if params.decoder_prompt else start_id
         self.kind = None  # how a batch steps it (kinds.Kind; set by kinds.new_search)
+        self.no_speech_prob: float | None = None  # read by the batch decoder where params.no_speech asks
 
     @property
     def num_rows(self) -> int:
@@ -216,7 +222,8 @@ class SingleSearch(Search):
     def results(self) -> list[Hypothesis]:
         tokens = self.sequences[0][self.prompt_steps:]
         score = self.logprob / max(len(tokens), 1) ** self.params.length_penalty
-        return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id))]
+        return [Hypothesis(tokens, score, finish_reason(tokens, self.params, self.eos_id),
+                           no_speech_prob=self.no_speech_prob)]
 
 
 class BeamSearch(Search):
@@ -283,7 +290,8 @@ class BeamSearch(Search):
         for (steps, parent, token), score in zip(self.finished_ends[: self.params.num_return_sequences],
                                                  self.finished_scores):
             seq = [] if token is None else (self.sequence(parent, steps) + [token])[self.prompt_steps:]
-            out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id)))
+            out.append(Hypothesis(seq, score, finish_reason(seq, self.params, self.eos_id),
+                                  no_speech_prob=self.no_speech_prob))
         return out
 
 

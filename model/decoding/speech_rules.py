@@ -1,4 +1,5 @@
-"""Whisper's timestamp rule on a step's scores, all rows at once: transformers' WhisperTimeStampLogitsProcessor.
+"""Whisper's timestamp rule on a step's scores, all rows at once: transformers' WhisperTimeStampLogitsProcessor; and
+what a window's decoding reads to say it heard no speech (NoSpeechProbe).
 
 A row that asks for timestamps: <|notimestamps|> never; timestamps in pairs (after one timestamp another or </s>,
 after two text); never a timestamp below the last one (nor the same one again once a pair closed); the first
@@ -27,6 +28,17 @@ class TimestampRules:
     @property
     def first(self) -> int:
         return self.no_timestamps + 1
+
+
+@dataclass(frozen=True)
+class NoSpeechProbe:
+    """Where a row reads its no-speech probability: <|nospeech|>'s probability after <|startoftranscript|>, from the
+    model's own logits before any rule (transformers' WhisperNoSpeechDetection, openai-whisper's `no_speech_prob`).
+    Read at the step whose input is that position, during the decoder prompt's forced steps when language and task
+    tokens follow it."""
+
+    position: int  # of <|startoftranscript|> in the decoder prompt (after <|startofprev|> and the previous text)
+    token: int  # <|nospeech|>
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,16 @@
 demo's English source ('forty-two thousand, one'), so that speech goes through the text demo into any of its
 languages. Seeded; bounded by a time budget.
 
-    python -m model.demo.train_speech --out model/demo/speech_checkpoint --minutes 40
+    python -m model.demo.train_speech --out model/demo/speech_checkpoint --minutes 50
 
 Recipe: Whisper's architecture (pre-norm, GELU, two convolutions over 80 log-mel bins, sinusoidal encoder
 positions kept fixed) at d_model 192, 3 heads, 2 encoder and 2 decoder layers, FFN 768, a 6-s window (300
 encoder positions: the longest number at 140 words a minute lasts 5 s); a byte-level BPE of 400 pieces over number
-words with Whisper's special tokens after them, timestamps to 6.00. Clips from espeak-ng (model.demo.spoken) in random
-voices, placed in the window after up to 0.9 s of silence, sometimes two numbers apart, with noise and gain
-drawn per step; 60 % of the windows transcribed with timestamps, the rest with <|notimestamps|>. Adam 1e-3,
-500 warm-up steps, cosine decay over the budget, label smoothing 0.1, batch 32, no dropout, bf16 autocast. Writes the Hub
-layout of openai/whisper-tiny.en (config, generation config with its rules, tokenizer, preprocessor config).
+words with Whisper's special tokens after them, timestamps to 6.00. Clips from espeak-ng (model.demo.spoken) in
+random voices, placed in the window after up to 0.9 s of silence, sometimes two numbers apart, with noise and gain
+drawn per step; 60 % of the windows transcribed with timestamps, the rest with <|notimestamps|>. Adam 1e-3, 500
+warm-up steps, cosine decay over the budget, label smoothing 0.1, batch 32, no dropout, bf16 autocast. Writes the
+Hub layout of openai/whisper-tiny.en (config, generation config with its rules, tokenizer, preprocessor config).
 """
 
 from __future__ import annotations

@@ -139,11 +139,10 @@ def verbose_json(transcript: Transcript, task: str, granularities: list[str], us
 
 
 def segment_json(index: int, segment: Segment) -> dict:
-    """A verbose_json segment: what the decoding knows (no `seek` and no `no_speech_prob`, which it does not
-    compute)."""
-    return {"id": index, "start": segment.start, "end": segment.end, "text": segment.text,
+    """A verbose_json segment, every field of OpenAI's (the client's TranscriptionSegment)."""
+    return {"id": index, "seek": segment.seek, "start": segment.start, "end": segment.end, "text": segment.text,
             "tokens": list(segment.token_ids), "temperature": segment.temperature, "avg_logprob": segment.avg_logprob,
-            "compression_ratio": compression_ratio(segment.text)}
+            "compression_ratio": compression_ratio(segment.text), "no_speech_prob": segment.no_speech_prob}
 
 
 async def deltas(events: AsyncIterator) -> AsyncIterator[str]:

@@ -32,7 +32,7 @@ NEW_TOKENS = 12
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper")
     return {"multilingual": build_whisper(root / "tiny"), "en": build_whisper(root / "tiny.en", multilingual=False),
-            "5-s window": build_whisper(root / "tiny-5s", positions=250)}
+            "5-s window": build_whisper(root / "tiny-5s", encoder_positions=250)}
 
 
 @pytest.fixture(scope="module")

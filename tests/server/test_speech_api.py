@@ -67,9 +67,10 @@ def test_verbose_json(client):
     assert (answer["task"], answer["language"], answer["duration"], answer["text"]) == \
         ("transcribe", "english", 4.0, TRANSCRIPT.text)
     first = answer["segments"][0]
-    assert {k: first[k] for k in ("id", "start", "end", "text", "tokens", "temperature", "avg_logprob")} == \
-        {"id": 0, "start": 0.0, "end": 1.52, "text": " forty-two", "tokens": [1, 2], "temperature": 0.0,
-         "avg_logprob": -0.25}
+    assert {k: first[k] for k in ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob",
+                                  "no_speech_prob")} == \
+        {"id": 0, "seek": 0, "start": 0.0, "end": 1.52, "text": " forty-two", "tokens": [1, 2], "temperature": 0.0,
+         "avg_logprob": -0.25, "no_speech_prob": 0.125}
     assert first["compression_ratio"] > 0 and "words" not in answer
 
 

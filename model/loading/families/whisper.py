@@ -5,7 +5,8 @@ to the decoder embeddings (proj_out).
 
 Tokenizer: GPT-2's byte-level BPE (tokenizer.json, or vocab.json + merges.txt + added_tokens.json) with the special
 tokens after the text ones: <|endoftext|>, <|startoftranscript|>, the languages, <|translate|>, <|transcribe|>,
-<|startoflm|>, <|startofprev|>, <|nocaptions|>, <|notimestamps|> and the timestamps <|0.00|>..<|30.00|>.
+<|startoflm|>, <|startofprev|>, <|nocaptions|> (<|nospeech|> in newer checkpoints), <|notimestamps|> and the
+timestamps <|0.00|>..<|30.00|>.
 generation_config.json names them (lang_to_id, task_to_id, no_timestamps_token_id) with the rules
 transformers' generate applies (suppress_tokens, begin_suppress_tokens, max_initial_timestamp_index): SpeechTokens.
 """
@@ -74,7 +75,8 @@ class SpeechTokens:
     """The special tokens and rules of Whisper's decoding, from generation_config.json and the tokenizer."""
 
     start: int  # <|startoftranscript|>
-    previous: int | None  # <|startofprev|>: the prompt's marker
+    previous: int | None  # <|startofprev|>: the marker of a prompt, or of the previous windows' text
+    no_speech: int | None  # <|nospeech|> (<|nocaptions|> in older checkpoints): its probability says "silence"
     end: int  # <|endoftext|>
     languages: dict[str, int]  # code (en, de) → its token, in the checkpoint's order; {} for an English-only model
     tasks: dict[str, int]  # transcribe, translate → its token
@@ -104,6 +106,7 @@ def read_speech_tokens(model_dir: Path, pieces: TokenizerJson, config: dict) -> 
     languages = {token.strip("<|>"): i for token, i in (gen.get("lang_to_id") or {}).items()} if multilingual else {}
     return SpeechTokens(
         start=gen["decoder_start_token_id"], previous=pieces.token_id("<|startofprev|>"),
+        no_speech=next((i for i in map(pieces.token_id, ("<|nospeech|>", "<|nocaptions|>")) if i is not None), None),
         end=first_id(gen.get("eos_token_id", config.get("eos_token_id", DEFAULTS["eos_token_id"]))),
         languages=languages, tasks=dict(gen.get("task_to_id") or {}), no_timestamps=gen["no_timestamps_token_id"],
         suppress=tuple(gen.get("suppress_tokens") or ()),
