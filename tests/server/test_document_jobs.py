@@ -12,7 +12,7 @@ from audio_files import audio_bytes, sine
 from hostile_files import docx_bytes
 from server_process import eventually, in_process_client
 
-from model import text_content
+from model import demo_model_dir, text_content
 from server.api.deepl import GLOSSARY_NEEDS_SOURCE
 from server.document_store import DocumentStore
 from server.settings import Settings
@@ -27,7 +27,7 @@ B = {"Authorization": "DeepL-Auth-Key key-b"}
 def client(tmp_path_factory):
     folder = tmp_path_factory.mktemp("store")
     settings = replace(SETTINGS, key_store=str(folder / "keys.sqlite"))
-    with in_process_client(settings) as c:
+    with in_process_client(settings, [str(demo_model_dir())]) as c:  # the text demo alone: no speech model
         yield c
 
 
