@@ -38,7 +38,8 @@ def native_generate(url: str, text: str) -> dict:
 
 def test_models_list_in_openai_shape_with_the_native_fields(client, url):
     models = client.models.list().data
-    assert [(m.id, m.object, m.owned_by) for m in models] == [(MODEL, "model", "seq2seq-serve")]
+    assert [(m.id, m.object, m.owned_by) for m in models] == [(MODEL, "model", "seq2seq-serve"),
+                                                               ("demo-spoken-numbers", "model", "seq2seq-serve")]
     assert isinstance(models[0].created, int) and models[0].created > 0
     card = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()
     assert card["object"] == "list" and card["data"][0]["family"] == "marian"
