@@ -86,3 +86,27 @@ def speech(seconds: float, seed: int = 0) -> np.ndarray:
     tone = np.sin(2 * np.pi * (200 + 150 * np.sin(2 * np.pi * 0.3 * t)) * t)
     envelope = (np.sin(2 * np.pi * 0.5 * t + rng.uniform(0, 6)) > -0.3).astype(np.float64)
     return (0.3 * tone * envelope + 0.05 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+def ours_and_oracle(path: Path):
+    """The checkpoint at `path` as our Transcriber and as transformers' WhisperForConditionalGeneration."""
+    from transformers import WhisperForConditionalGeneration
+
+    from model import Transcriber
+    return Transcriber.from_pretrained(str(path)), WhisperForConditionalGeneration.from_pretrained(str(path)).eval()
+
+
+def generate_kwargs(bundle, options) -> dict:
+    """transformers' generate arguments asking what `options` (model.SpeechOptions) ask of ours on `bundle`:
+    new tokens, timestamps, task and language (a multilingual checkpoint's), beams, the prompt's ids."""
+    import torch
+
+    tokens = bundle.tokenizer.speech
+    kwargs = dict(max_new_tokens=options.max_new_tokens, return_timestamps=options.timestamps)
+    if tokens.multilingual:
+        kwargs |= dict(task=options.task, language=options.language)
+    if options.num_beams:
+        kwargs["num_beams"] = options.num_beams
+    if options.prompt:
+        kwargs["prompt_ids"] = torch.tensor([tokens.previous, *bundle.tokenizer.encode(options.prompt)])
+    return kwargs

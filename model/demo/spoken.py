@@ -21,6 +21,7 @@ import soxr
 from num2words import num2words
 
 from ..audio.decode import SAMPLE_RATE
+from .data import MAGNITUDES
 
 ESPEAK_RATE = 22050  # espeak-ng's output rate
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029")
@@ -92,7 +93,6 @@ def say_all(requests: list[tuple[int, Voice]], workers: int = 2) -> list[tuple[i
 
 def training_requests(count: int, exclude: set[int], seed: int = 0) -> list[tuple[int, Voice]]:
     """`count` numbers (the text demo's mix of magnitudes, none of `exclude`), each in a random training voice."""
-    from .data import MAGNITUDES
     rng = random.Random(seed)
     requests = []
     while len(requests) < count:

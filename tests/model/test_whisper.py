@@ -16,9 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from batch_decoding import differences
-from whisper_fixtures import build_whisper, speech
+from whisper_fixtures import build_whisper, generate_kwargs, ours_and_oracle, speech
 
-from model import DecodeParams, SpeechOptions, SpeechWindows, Transcriber, load
+from model import DecodeParams, SpeechOptions, SpeechWindows, load
 from model.audio.features import padded_features
 from model.decoding.logits_rules import ActiveRules, RowRules
 from model.decoding.speech_rules import TimestampRules
@@ -37,26 +37,15 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(checkpoints):
-    from transformers import WhisperForConditionalGeneration
-    return {name: (Transcriber.from_pretrained(str(path)),
-                   WhisperForConditionalGeneration.from_pretrained(str(path)).eval())
-            for name, path in checkpoints.items()}
+    return {name: ours_and_oracle(path) for name, path in checkpoints.items()}
 
 
 def transformers_tokens(oracle, transcriber, samples, options: SpeechOptions) -> list[int]:
     """What generate returns for `samples` with `options` (its output without </s> padding)."""
-    tokens = transcriber.bundle.tokenizer.speech
-    kwargs = dict(max_new_tokens=options.max_new_tokens, return_timestamps=options.timestamps)
-    if tokens.multilingual:
-        kwargs |= dict(task=options.task, language=options.language)
-    if options.num_beams:
-        kwargs["num_beams"] = options.num_beams
-    if options.prompt:
-        kwargs["prompt_ids"] = torch.tensor([tokens.previous] + transcriber.bundle.tokenizer.encode(options.prompt))
     with torch.no_grad():
         features = padded_features(samples, window_frames=2 * oracle.config.max_source_positions)
-        out = oracle.generate(features[None], **kwargs)[0].tolist()
-    return [t for t in out if t != tokens.end]
+        out = oracle.generate(features[None], **generate_kwargs(transcriber.bundle, options))[0].tolist()
+    return [t for t in out if t != transcriber.bundle.tokenizer.speech.end]
 
 
 def our_tokens(transcriber, samples, options: SpeechOptions) -> list[int]:

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from whisper_fixtures import build_whisper, speech
+from whisper_fixtures import build_whisper, generate_kwargs, ours_and_oracle, speech
 
-from model import BatchDecoder, SpeechOptions, SpeechWindows, Transcriber
+from model import BatchDecoder, SpeechOptions, SpeechWindows
 from model.audio.features import padded_features
 
 NEW_TOKENS = 12
@@ -31,10 +31,7 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(checkpoints):
-    from transformers import WhisperForConditionalGeneration
-    return {name: (Transcriber.from_pretrained(str(path)),
-                   WhisperForConditionalGeneration.from_pretrained(str(path)).eval())
-            for name, path in checkpoints.items()}
+    return {name: ours_and_oracle(path) for name, path in checkpoints.items()}
 
 
 def conditioned(**choices) -> SpeechOptions:
@@ -43,17 +40,11 @@ def conditioned(**choices) -> SpeechOptions:
 
 def transformers_segments(oracle, transcriber, samples, options: SpeechOptions) -> list[tuple[float, tuple]]:
     """generate's segments for `samples` with `options`: (start, tokens) each, the start within the audio."""
-    tokens = transcriber.bundle.tokenizer.speech
-    kwargs = dict(max_new_tokens=options.max_new_tokens, return_timestamps=True, return_segments=True,
-                  temperature=options.temperatures, condition_on_prev_tokens=options.condition_on_previous_text,
-                  prompt_condition_type=options.prompt_condition_type, logprob_threshold=options.logprob_threshold,
-                  no_speech_threshold=options.no_speech_threshold)
-    if tokens.multilingual:
-        kwargs["language"] = options.language
-    if options.num_beams:
-        kwargs["num_beams"] = options.num_beams
-    if options.prompt:
-        kwargs["prompt_ids"] = torch.tensor([tokens.previous] + transcriber.bundle.tokenizer.encode(options.prompt))
+    kwargs = generate_kwargs(transcriber.bundle, options) | dict(
+        return_segments=True, temperature=options.temperatures,
+        condition_on_prev_tokens=options.condition_on_previous_text,
+        prompt_condition_type=options.prompt_condition_type, logprob_threshold=options.logprob_threshold,
+        no_speech_threshold=options.no_speech_threshold)
     with torch.no_grad():
         out = oracle.generate(padded_features(samples)[None], **kwargs)
     duration = len(samples) / 16_000

@@ -14,9 +14,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from whisper_fixtures import build_whisper, speech
+from whisper_fixtures import build_whisper, generate_kwargs, ours_and_oracle, speech
 
-from model import BatchDecoder, CheckpointError, SpeechOptions, SpeechWindows, Transcriber
+from model import BatchDecoder, CheckpointError, SpeechOptions, SpeechWindows
 from model.audio.features import padded_features
 from model.decoding.token_timing import TokenTimes, dynamic_time_warping, median_filter
 from model.loading.families.whisper import alignment_heads
@@ -32,9 +32,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(checkpoint):
-    from transformers import WhisperForConditionalGeneration
-    return Transcriber.from_pretrained(str(checkpoint)), \
-        WhisperForConditionalGeneration.from_pretrained(str(checkpoint)).eval()
+    return ours_and_oracle(checkpoint)
 
 
 def timed_tokens(bundle, samples, options: SpeechOptions) -> tuple[list[int], list[int | None]]:
@@ -61,13 +59,7 @@ def transformers_timed_tokens(oracle, bundle, samples, options: SpeechOptions) -
     from transformers import WhisperFeatureExtractor
     mask = WhisperFeatureExtractor()(samples, sampling_rate=16000, return_tensors="pt",
                                      return_attention_mask=True).attention_mask
-    kwargs = dict(max_new_tokens=options.max_new_tokens, return_timestamps=options.timestamps, task=options.task,
-                  language=options.language, return_token_timestamps=True, attention_mask=mask)
-    if options.num_beams:
-        kwargs["num_beams"] = options.num_beams
-    if options.prompt:
-        tokenizer = bundle.tokenizer
-        kwargs["prompt_ids"] = torch.tensor([tokenizer.speech.previous, *tokenizer.encode(options.prompt)])
+    kwargs = generate_kwargs(bundle, options) | dict(return_token_timestamps=True, attention_mask=mask)
     with torch.no_grad():
         out = oracle.generate(padded_features(samples)[None], **kwargs)
     tokens, seconds = out["sequences"][0].tolist(), out["token_timestamps"][0].tolist()
