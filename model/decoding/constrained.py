@@ -191,7 +191,9 @@ class Candidate:
     parent: Beam
     token: int
     state: State
-    bank: tuple[int, int]  # constraint tokens met, placed and loose (Constraints.bank)
+    # (lost: some term can no longer be placed, ConstrainedBeamSearch.lost; constraint tokens met, placed ones
+    # (Constraints.bank) unless lost, loose ones if so): rows go to these banks in turn
+    bank: tuple[bool, int]
 
     @property
     def tokens(self) -> list[int]:
@@ -215,6 +217,7 @@ class ConstrainedBeamSearch(Search):
         self.attended: dict[tuple[int, ...], int] = {}
         self.word_at: dict[tuple[int, ...], int] = {}  # a hypothesis' tokens → the word its last row attended most
         self.starts = functools.cache(self._starts)
+        self.lost = functools.cache(self._lost)
 
     def _starts(self, word: int, before: int, last: int) -> int:
         """The start mask (Constraints.advance) of a row whose alignment-layer attention is highest on source word
@@ -234,6 +237,13 @@ class ConstrainedBeamSearch(Search):
                    << i
                    | (word not in words) << (count + i)
                    for i, words in enumerate(self.constraint_words)) | (word == self.end_word) << (2 * count)
+
+    def _lost(self, state: State, passed: int) -> bool:
+        """Whether some constraint with source words is not begun as placed (`state`) where the rows before the
+        next one's last attended most to the words `passed` (a bit each) at or past its source term's first word:
+        it may never begin there again (_starts), so the hypothesis can end only with that term elsewhere."""
+        placed = state[:len(self.constraint_words)]
+        return any(words and not p and passed >> min(words) for p, words in zip(placed, self.constraint_words))
 
     def row_starts(self, attended: list[int]) -> list[int]:
         """Per row, its start mask, from the source word each row attends to most (constrained_choices)."""
@@ -287,6 +297,7 @@ class ConstrainedBeamSearch(Search):
             # `rows` of a bank that do not end: a beam's later ones in a bank it filled could not be kept (at the
             # limit every candidate finishes instead).
             in_bank = {}
+            passed = self.attended[tuple(beam.tokens[:-1])] if beam.tokens else 0  # the next row's `before`
             for token, total in zip(itertools.chain(tokens, self.constraints.next_tokens(beam.state)),
                                     itertools.chain(totals, wanted)):
                 if total == NEG_INF or token in seen or (useful is not None and token not in useful):
@@ -295,9 +306,11 @@ class ConstrainedBeamSearch(Search):
                 ordinary = token != self.eos_id and token not in self.constraints.tokens
                 state = (other[self.constraints.continues(token)] if ordinary
                          else self.constraints.advance(beam.state, token, starts[beam.row]))
-                bank = self.constraints.bank(state)
-                if not bank[1] or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
+                placed, loose = self.constraints.bank(state)
+                if not loose or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue
+                lost = self.lost(state, passed)
+                bank = lost, loose if lost else placed
                 if token != self.eos_id and not at_limit:
                     if in_bank.get(bank, 0) == rows:
                         continue
@@ -344,19 +357,22 @@ class ConstrainedBeamSearch(Search):
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
-        # stripes: every bank's best (most placed constraint tokens first, then most met while none is placed, then
-        # the best score), then every bank's second best, ...; once a term is placed, progress met loosely (away
-        # from a term's source words) earns a bank, not precedence: it crowded out the continuation that places a
-        # repeated term (`six vingt-quatre` for `six cent vingt-quatre`)
-        order = sorted(((rank, -bank[0], 0 if bank[0] else -bank[1], -c.score, c) for bank, members in banks.items()
+        # stripes: every bank's best (most constraint tokens met first, then the best score), then every bank's
+        # second best, ... While every term can still be placed, only placed tokens count: a term met loosely
+        # beside a placed one (`treinta treinta`) took the row of `treinta mil`. Hypotheses that lost a term's place
+        # come after all others, ranked by the tokens they met anywhere: the fallback where no term can be placed
+        # (`quatre mille quatre cent trois`, the model's own translation of the second `three`, took the row of
+        # `quatre mille quatre cent quatre`).
+        order = sorted(((lost, rank, -met, -c.score, c) for (lost, met), members in banks.items()
                         for rank, c in enumerate(members)), key=lambda item: item[:4])
-        kept, finishing = [], []
-        for position, (*_, c) in enumerate(order):
+        kept, finishing, position = [], [], {False: 0, True: 0}
+        for lost, *_, c in order:
             if c.token == self.eos_id:
-                if position < rows:
+                if position[lost] < rows:
                     finishing.append(c)
             elif len(kept) < rows:
                 kept.append(c)
+            position[lost] += 1
         self._finish(finishing)
         return kept
 
