@@ -366,7 +366,9 @@ class ConstrainedBeamSearch(Search):
         return parents
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
-        """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` finish instead."""
+        """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` of their part
+        (those that can still place every term, those that cannot) finish instead: a term elsewhere still ends
+        where rows went to hypotheses that may yet place it."""
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
