@@ -15,11 +15,12 @@ in another slot. Where the request says which source words each constraint trans
 constraint_words; a term twice is two constraints), an occurrence counts as placed when its first token comes while
 the hypothesis' row attends to those words most, or the word after them (the alignment layer's cross-attention, as
 model.alignment aligns words; it runs a word ahead as often as not), before the hypothesis attended most to them or
-past them (the model wrote its own translation of the term already: the end of the source, </s>, is a word after the
-last), and the term stands as whole words followed by </s> or by the translation of another source word, not the
-model's own translation of the term going on beside it (Constraints._place). Banks count placed tokens
-first, and results rank hypotheses placing every term before those with a term elsewhere (still complete: a model
-whose attention never finds the source term keeps its terms).
+past them or moved through them (the model wrote its own translation of the term already: the end of the source,
+</s>, is a word after the last; _starts), and the term stands as whole words followed by </s> or by the translation
+of another source word, not the model's own translation of the term going on beside it (Constraints._place). Banks
+count placed tokens while a hypothesis can still place every term, and those that cannot come after all others;
+results rank hypotheses placing every term before those with a term elsewhere (still complete: a model whose
+attention never finds the source term keeps its terms).
 
 When the request's own search ends with a best hypothesis that places every constraint (the model spells the terms
 anyway), that hypothesis and its score are the result, exactly as without constraints; otherwise the best complete
@@ -61,10 +62,12 @@ class Constraints:
     occurrences that begin where the hypothesis attends to the constraint's source term (placed), one counting any
     (loose: a term the model cannot place by its source still appears)."""
 
-    def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None, glued: bytes = b""):
+    def __init__(self, sequences: tuple[tuple[int, ...], ...], end: int | None = None, glued: bytes = b"",
+                 last: frozenset[int] = frozenset()):
         self.sequences = sequences
         self.end = end  # the token that ends a hypothesis (</s>): it confirms a term just spelled
         self.glued = glued  # a bit per target token: it continues the word before it (DecodeParams.glued)
+        self.last = last  # the constraints whose source term ends the source: no word after it to lag on
         # per constraint, the last before it with the same tokens (a term twice): an occurrence of it counts only
         # once that one is met, so one occurrence never meets both
         self.twin = [max((j for j in range(i) if sequences[j] == c), default=None) for i, c in enumerate(sequences)]
@@ -100,20 +103,26 @@ class Constraints:
         then `-neuf`), and the occurrence is not placed. A token that begins a word confirms it (one more: placed)
         when it is </s> or written while the decoder attends away from the term's source words; written on them,
         it is excused once (pending, one less), as the attention lags a word as often as it runs ahead (`tres`,
-        then ` mil` written on `forty-two`), and the next token written on another source word confirms it; one
-        written on the term, while attending </s>, or </s> itself (nothing shows the decoder moved on) is the
-        model's own translation of the term beside it (`quarante`, then ` neuf` for `thirty-nine`; `treinta`, then
-        ` y`), and the occurrence is not placed. Confirmed stays so while the decoder keeps away (a token on the
-        term after it: the same)."""
+        then ` mil` written on `forty-two`), tokens glued to it go on with that word, and the next word begun on
+        another source word confirms it; one written on the term, while attending </s>, or </s> itself (nothing
+        shows the decoder moved on) is the model's own translation of the term beside it (`quarante`, then ` neuf`
+        for `thirty-nine`; `treinta`, then ` y nueve`), and the occurrence is not placed. A term whose source term
+        ends the source (`last`) has no next word to lag on: only </s> or a word begun on an earlier source word
+        confirms it (`treinta mil trescientos treinta`, then ` mil trescientos` again, or ` u n` on </s>).
+        Confirmed stays so while the decoder keeps away (a token on the term after it: the same)."""
         spelled = len(self.sequences[i])
         if matched == spelled + 1:  # pending: the token after the term was written on the term's source words
             if away and not beyond and token != self.end:
-                return spelled + 2
+                # a token glued to the excused word goes on with it (` `, then `y` of `treinta y nueve`): the word
+                # after it decides
+                return matched if self.continues(token) else spelled + 2
             return self._match(i, 0, token, may_begin)
         if matched == spelled + 2:
             return matched if away or token == self.end else self._match(i, 0, token, may_begin)
         if matched == spelled and not self.continues(token):
-            return spelled + 2 if away or token == self.end else spelled + 1
+            if token == self.end or away and not (beyond and i in self.last):
+                return spelled + 2
+            return self._match(i, 0, token, may_begin) if i in self.last else spelled + 1
         return self._match(i, matched, token, may_begin)
 
     def _match(self, i: int, matched: int, token: int, may_begin: bool) -> int:
@@ -191,7 +200,9 @@ class Candidate:
     parent: Beam
     token: int
     state: State
-    bank: tuple[int, int]  # constraint tokens met, placed and loose (Constraints.bank)
+    # (lost: some term can no longer be placed, ConstrainedBeamSearch.lost; constraint tokens met, placed ones
+    # (Constraints.bank) unless lost, loose ones if so): rows go to these banks in turn
+    bank: tuple[bool, int]
 
     @property
     def tokens(self) -> list[int]:
@@ -201,20 +212,22 @@ class Candidate:
 class ConstrainedBeamSearch(Search):
     def __init__(self, params: DecodeParams, eos_id: int, start_id: int, source_len: int):
         super().__init__(params, eos_id, start_id, source_len)
-        self.constraints = Constraints(params.constraints, eos_id, params.glued)
+        # per constraint, the source words of its source term (none: it may start anywhere)
+        self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
+        self.end_word = max(params.source_words, default=0)  # the tokens after the last word (</s>)
+        last = [i for i, words in enumerate(self.constraint_words) if words and max(words) + 1 == self.end_word]
+        self.constraints = Constraints(params.constraints, eos_id, params.glued, frozenset(last))
         own = replace(params, constraints=(), source_words=(), constraint_words=(), glued=b"")
         self.own = (BeamSearch if own.num_beams > 1 else SingleSearch)(own, eos_id, start_id, source_len)
         self.own_states = [self.constraints.start] * own.num_beams  # each own row's hypothesis' progress
         self.beams: list[Beam] = []  # live constraint beams, in rows num_beams..
         self.finished: list[tuple[int, float, list[int]]] = []  # constraint beams': (tier, score, tokens)
-        # per constraint, the source words of its source term (none: it may start anywhere)
-        self.constraint_words = params.constraint_words or ((),) * len(params.constraints)
-        self.end_word = max(params.source_words, default=0)  # the tokens after the last word (</s>)
         self.starts_at: dict[tuple[int, ...], int] = {}  # an own hypothesis' tokens → its start mask after them
         # a hypothesis' tokens → the source words its rows attended to most (a bit per word), itself included
         self.attended: dict[tuple[int, ...], int] = {}
         self.word_at: dict[tuple[int, ...], int] = {}  # a hypothesis' tokens → the word its last row attended most
         self.starts = functools.cache(self._starts)
+        self.lost = functools.cache(self._lost)
 
     def _starts(self, word: int, before: int, last: int) -> int:
         """The start mask (Constraints.advance) of a row whose alignment-layer attention is highest on source word
@@ -223,17 +236,27 @@ class ConstrainedBeamSearch(Search):
         term holds that word or ends just before it (attention often runs a word ahead: `cent` written while
         attending `forty-two`, `sept` of `seven hundred` while attending `hundred`) unless the last row was there
         already (it wrote the term's own translation running ahead: `sept` then `huit` for `seven thousand`) or
-        it is </s> (after `douze` for `twelve` the decoder attends </s>), with no word of it or after it in
-        `before` (the model
-        translated it already, `douze` then `treize`, or passed it); the last row does not count, as it runs ahead,
-        but for the first (which attends where the translation begins: `dix` for `nineteen`). Away: those whose
-        source term does not hold `word`. Both for constraints without source words."""
+        it is </s> (after `douze` for `twelve` the decoder attends </s>), and unless the last row attended an
+        earlier word of the term (the decoder moved through it: the last token was its own translation of that
+        part, `cincuenta` on `fifty` of `fifty-nine`, then `sesenta` on `-`; `quatre` on `four`, then `cinq` on
+        `thousand`), with no word of it or after it in `before` (the model translated it already, `douze` then
+        `treize`, or passed it); the last row does not count, as it runs ahead, but for the first (which attends
+        where the translation begins: `dix` for `nineteen`). Away: those whose source term does not hold `word`.
+        Both for constraints without source words."""
         count = len(self.constraint_words)
         return sum(1 << i | 1 << (count + i) if not words else
-                   ((word in words or last != word == max(words) + 1 < self.end_word) and before >> min(words) == 0)
+                   ((word in words or last != word == max(words) + 1 < self.end_word)
+                    and not min(words) <= last < word and before >> min(words) == 0)
                    << i
                    | (word not in words) << (count + i)
                    for i, words in enumerate(self.constraint_words)) | (word == self.end_word) << (2 * count)
+
+    def _lost(self, state: State, passed: int) -> bool:
+        """Whether some constraint with source words is not begun as placed (`state`) where the rows before the
+        next one's last attended most to the words `passed` (a bit each) at or past its source term's first word:
+        it may never begin there again (_starts), so the hypothesis can end only with that term elsewhere."""
+        placed = state[:len(self.constraint_words)]
+        return any(words and not p and passed >> min(words) for p, words in zip(placed, self.constraint_words))
 
     def row_starts(self, attended: list[int]) -> list[int]:
         """Per row, its start mask, from the source word each row attends to most (constrained_choices)."""
@@ -287,6 +310,7 @@ class ConstrainedBeamSearch(Search):
             # `rows` of a bank that do not end: a beam's later ones in a bank it filled could not be kept (at the
             # limit every candidate finishes instead).
             in_bank = {}
+            passed = self.attended[tuple(beam.tokens[:-1])] if beam.tokens else 0  # the next row's `before`
             for token, total in zip(itertools.chain(tokens, self.constraints.next_tokens(beam.state)),
                                     itertools.chain(totals, wanted)):
                 if total == NEG_INF or token in seen or (useful is not None and token not in useful):
@@ -295,9 +319,11 @@ class ConstrainedBeamSearch(Search):
                 ordinary = token != self.eos_id and token not in self.constraints.tokens
                 state = (other[self.constraints.continues(token)] if ordinary
                          else self.constraints.advance(beam.state, token, starts[beam.row]))
-                bank = self.constraints.bank(state)
-                if not bank[1] or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
+                placed, loose = self.constraints.bank(state)
+                if not loose or (token == self.eos_id and not at_limit and not self.constraints.met(state)):
                     continue
+                lost = self.lost(state, passed)
+                bank = lost, loose if lost else placed
                 if token != self.eos_id and not at_limit:
                     if in_bank.get(bank, 0) == rows:
                         continue
@@ -340,23 +366,28 @@ class ConstrainedBeamSearch(Search):
         return parents
 
     def _allocate(self, candidates: list[Candidate]) -> list[Candidate]:
-        """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` finish instead."""
+        """The constraint beams by dynamic beam allocation; </s> candidates among the first `rows` of their part
+        (those that can still place every term, those that cannot) finish instead: a term elsewhere still ends
+        where rows went to hypotheses that may yet place it."""
         rows, banks = self.num_rows - self.params.num_beams, {}
         for c in sorted(candidates, key=lambda c: -c.score):
             banks.setdefault(c.bank, []).append(c)
-        # stripes: every bank's best (most placed constraint tokens first, then most met while none is placed, then
-        # the best score), then every bank's second best, ...; once a term is placed, progress met loosely (away
-        # from a term's source words) earns a bank, not precedence: it crowded out the continuation that places a
-        # repeated term (`six vingt-quatre` for `six cent vingt-quatre`)
-        order = sorted(((rank, -bank[0], 0 if bank[0] else -bank[1], -c.score, c) for bank, members in banks.items()
+        # stripes: every bank's best (most constraint tokens met first, then the best score), then every bank's
+        # second best, ... While every term can still be placed, only placed tokens count: a term met loosely
+        # beside a placed one (`treinta treinta`) took the row of `treinta mil`. Hypotheses that lost a term's place
+        # come after all others, ranked by the tokens they met anywhere: the fallback where no term can be placed
+        # (`quatre mille quatre cent trois`, the model's own translation of the second `three`, took the row of
+        # `quatre mille quatre cent quatre`).
+        order = sorted(((lost, rank, -met, -c.score, c) for (lost, met), members in banks.items()
                         for rank, c in enumerate(members)), key=lambda item: item[:4])
-        kept, finishing = [], []
-        for position, (*_, c) in enumerate(order):
+        kept, finishing, position = [], [], {False: 0, True: 0}
+        for lost, *_, c in order:
             if c.token == self.eos_id:
-                if position < rows:
+                if position[lost] < rows:
                     finishing.append(c)
             elif len(kept) < rows:
                 kept.append(c)
+            position[lost] += 1
         self._finish(finishing)
         return kept
 

@@ -16,7 +16,7 @@ from text2text_fixtures import build_bart, build_t5
 from dataclasses import replace
 
 from model import DecodeParams, load
-from model.decoding.constrained import ELSEWHERE, PARTIAL, PLACED, Constraints
+from model.decoding.constrained import ELSEWHERE, PARTIAL, PLACED, ConstrainedBeamSearch, Constraints
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +110,42 @@ def test_a_constraint_is_placed_where_its_source_term_is_attended_and_stands_as_
     assert both == (4, 3, 2, 1) and constraints.tier(both) == PLACED and constraints.bank(both) == (5, 3)
     assert constraints.tier((2, 0, 2, 1)) == ELSEWHERE and constraints.met((2, 0, 2, 1))
     assert constraints.tier((2, 0, 2, 0)) == PARTIAL and not constraints.met((2, 0, 2, 0))
+
+
+def test_a_term_ending_the_source_is_confirmed_by_the_end_or_an_earlier_word_and_an_excused_word_goes_on():
+    end, glued = 9, 6
+    constraints = Constraints(((1, 2), (3,)), end, bytes([1 << glued]), last=frozenset({1}))
+    # (3,) translates the last source word: a word after it written on that word or on </s> is the model going on
+    # past it, not a lagging translation of a next word (there is none); on an earlier source word, or </s>
+    # itself, confirms it
+    assert constraints.advance((4, 1, 2, 1), 5, 0b00100) == (4, 0, 2, 1)
+    assert constraints.advance((4, 1, 2, 1), 5, 0b11100) == (4, 0, 2, 1)
+    assert constraints.advance((4, 1, 2, 1), 5, 0b01100) == (4, 3, 2, 1)
+    assert constraints.advance((4, 1, 2, 1), end, 0b11100) == (4, 3, 2, 1)
+    # (1, 2) does not: the word after it on its source term is excused, and a token glued to that word written
+    # away goes on with it (the word after decides); glued on the term, it is the model's own translation
+    assert constraints.advance((2, 0, 2, 0), 5, 0) == (3, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), glued, 0b0100) == (3, 0, 2, 0)
+    assert constraints.advance((3, 0, 2, 0), glued, 0) == (0, 0, 2, 0)
+
+
+def test_a_term_begins_neither_once_the_decoder_moved_through_or_past_it_and_then_its_place_is_lost():
+    # source words 0-3, </s> word 4; the term translates words 1 and 2
+    params = DecodeParams(max_new_tokens=8, constraints=((7,),), source_words=(0, 1, 2, 3, 4),
+                          constraint_words=((1, 2),))
+    search = ConstrainedBeamSearch(params, eos_id=0, start_id=1, source_len=5)
+
+    def may_begin(word, before, last):
+        return bool(search.starts(word, before, last) & 1)
+
+    assert may_begin(1, 0b1, 0) and may_begin(3, 0b1, 0)  # on the term, or the word after it (running ahead)
+    assert may_begin(2, 0b1, 2)  # the last row on the same word: it ran ahead while writing the word before
+    # the last row on an earlier word of the term, or on the term before the word after it: the last token was
+    # the model's own translation of (part of) the term
+    assert not may_begin(2, 0b1, 1) and not may_begin(3, 0b1, 2)
+    assert not may_begin(1, 0b11, 1)  # attended before: translated already
+    # a hypothesis whose earlier rows reached the term without beginning it can never place it
+    assert not search.lost((0, 0), 0b1) and search.lost((0, 0), 0b10) and not search.lost((1, 1), 0b110)
 
 
 @pytest.mark.parametrize("placed", [False, True], ids=["anywhere", "placed by source"])
