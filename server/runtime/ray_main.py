@@ -63,8 +63,20 @@ def start_ray(address: str | None, metrics_dir: str) -> None:
         ray.init(address=address, runtime_env={"env_vars": {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}},
                  log_to_driver=False)
     else:  # a fresh local instance, loopback only, no dashboard
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 runtime_env=local_runtime_env(metrics_dir), log_to_driver=False)
+        def start() -> None:
+            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                     runtime_env=local_runtime_env(metrics_dir), log_to_driver=False)
+
+        try:
+            start()
+        except Exception as error:  # Ray raises a bare Exception for it
+            # Ray gives its raylet a fixed 30 s to register, which a machine busy starting other processes can
+            # exceed; a second start on a clean slate succeeds where the first timed out.
+            if "timed out during startup" not in str(error):
+                raise
+            log.warning("Ray's node did not register within Ray's 30 s; starting it once more")
+            ray.shutdown()
+            start()
 
 
 def stop_serve() -> None:
