@@ -1,7 +1,8 @@
 """The native API's speech route: `POST /v1/transcribe` (multipart: `file`, `model`?, `language`?, `task`?
 transcribe | translate (into English, the speech model's own), `prompt`?, `target_lang`? with `translation_model`?,
-`format`? json | text | srt | vtt) → the transcript, or subtitles; with `target_lang` its segments are translated by
-the served translation models, their timings kept. Errors in the native shape, as every /v1 route's."""
+`format`? json | text | srt | vtt, `word_timestamps`? false | true: json's segments with their `words`) → the
+transcript, or subtitles; with `target_lang` its segments are translated by the served translation models, their
+timings kept (and their words the spoken ones). Errors in the native shape, as every /v1 route's."""
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations as objects.
 from pathlib import PurePath
@@ -21,16 +22,24 @@ from .native_documents import file_form, form_schema
 from .streaming import attachment, until_disconnect
 
 PATHS = frozenset({"/v1/transcribe"})
-FIELDS = ("model", "language", "task", "prompt", "target_lang", "translation_model", "format")
+FIELDS = ("model", "language", "task", "prompt", "target_lang", "translation_model", "format", "word_timestamps")
 FORMATS = ("json", "text", *SUBTITLE_FORMATS)
 TASKS = ("transcribe", "translate")
 MEDIA = {"srt": "application/x-subrip", "vtt": "text/vtt"}
+
+
+class TimedWord(BaseModel):
+    start: float  # seconds
+    end: float
+    word: str  # as spoken (the transcript's language), without its leading space
+    probability: float
 
 
 class TimedText(BaseModel):
     start: float  # seconds
     end: float
     text: str
+    words: list[TimedWord] | None = None  # with word_timestamps
 
 
 class TranscribeResponse(BaseModel):
@@ -54,9 +63,13 @@ async def transcribe(request: Request):
     state = served(request)
     upload, fields = await file_form(request, FIELDS, lengths={"prompt": 2_000})
     kind, task = choice(fields, "format", FORMATS), choice(fields, "task", TASKS)
+    words = choice(fields, "word_timestamps", ("false", "true")) == "true"
+    if words and kind != "json":
+        raise InvalidRequest(f"word_timestamps: words come with format 'json', not {kind!r}", field="word_timestamps")
     samples = await speech.read(state.provider, await upload.read())
     # Whisper's own decoding, its temperature fallback included, as OpenAI's route at temperature 0; timestamps: always
-    options = SpeechOptions.with_fallback(task=task, language=fields["language"], prompt=fields["prompt"])
+    options = SpeechOptions.with_fallback(task=task, language=fields["language"], prompt=fields["prompt"],
+                                          word_timestamps=words)
 
     async def work():
         target = fields["target_lang"]
@@ -72,7 +85,10 @@ async def transcribe(request: Request):
             return PlainTextResponse(text)
         return TranscribeResponse(
             model=shown.model, language=transcript.language, duration=transcript.duration, text=text,
-            segments=[TimedText(start=s.start, end=s.end, text=cue_text(s.text)) for s in segments],
+            segments=[TimedText(start=s.start, end=s.end, text=cue_text(s.text),
+                                words=[TimedWord(start=w.start, end=w.end, word=w.word.strip(),
+                                                 probability=w.probability) for w in s.words] if words else None)
+                      for s in segments],
             target_lang=target)
 
     return await until_disconnect(request, work())

@@ -148,6 +148,21 @@ def test_native_transcript_and_subtitles_in_another_language(client):
     assert [s["end"] for s in german["segments"]] == [1.52, 3.004]
 
 
+def test_native_words_are_openais_and_stay_the_spoken_ones_in_another_language(client, models):
+    """word_timestamps=true: each json segment holds its words (OpenAI's route gives the same, as one list); the
+    words of a segment translated into target_lang are the spoken ones, with their times."""
+    openai = post(client, "/v1/audio/transcriptions", {"response_format": "verbose_json",
+                                                       "timestamp_granularities[]": "word"}).json()["words"]
+    for target in ({}, {"target_lang": "fr"}):
+        answer = post(client, "/v1/transcribe", {"word_timestamps": "true", **target}).json()
+        assert models.speech.jobs[-1].options.word_timestamps
+        words = [w for segment in answer["segments"] for w in segment["words"]]
+        assert [{k: w[k] for k in ("word", "start", "end")} for w in words] == openai
+        assert all(0 <= w["probability"] <= 1 for w in words)
+    assert "words" not in post(client, "/v1/transcribe").json()["segments"][0]
+    assert not models.speech.jobs[-1].options.word_timestamps
+
+
 def test_native_subtitles_in_the_spoken_language_are_the_transcript_untranslated(client, jobs):
     answer = post(client, "/v1/transcribe", {"target_lang": "EN-GB"}).json()
     assert (answer["text"], answer["target_lang"]) == (TRANSCRIPT.text, "EN-GB") and not jobs
@@ -160,7 +175,9 @@ def test_native_subtitles_in_the_spoken_language_are_the_transcript_untranslated
     ({"target_lang": "xx"}, WAV, 422, "target_lang"),
     ({}, zip_renamed(), 400, "file"),
     ({}, declaring_hours(), 422, "file"),
-], ids=["format", "task", "text model", "target", "zip", "hours"])
+    ({"word_timestamps": "yes"}, WAV, 422, "word_timestamps"),
+    ({"word_timestamps": "true", "format": "srt"}, WAV, 422, "word_timestamps"),
+], ids=["format", "task", "text model", "target", "zip", "hours", "words: not a flag", "words: not json"])
 def test_native_errors(client, data, file, status, field):
     answer = post(client, "/v1/transcribe", data, file)
     assert answer.status_code == status, answer.text
