@@ -45,7 +45,7 @@ def test_transformers_loads_the_checkpoint_and_agrees(clips, transcriber):
     oracle = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
     end = transcriber.bundle.tokenizer.speech.end
     window = 2 * oracle.config.max_source_positions
-    for _, samples in clips[:4]:
+    for _, samples in clips[:2]:  # transformers takes ~5 s a generation here; the parity cases: test_whisper.py
         for timestamps in (True, False):
             ours = [t for s in transcriber.transcribe(samples, SpeechOptions(timestamps=timestamps)).segments
                     for t in s.token_ids]
