@@ -66,8 +66,11 @@ def create_app(provider: ModelProvider, settings: Settings, key_store: Store[Key
     """`key_store`, `glossary_store`: where the keys and their counts are, and the glossaries (default: the file
     settings.key_store names, for both); `document_store`: where the document jobs are (default: the folder
     settings.documents_path names)."""
+    # FastAPI's own OpenTelemetry instrumentation off: the server reports through Prometheus (/metrics), and with
+    # it on FastAPI asks OpenTelemetry for its providers on every request (loadtests/README.md, serving path).
     app = FastAPI(title=DISTRIBUTION, version=installed_version(),
-                  description="Translation and text-to-text generation with encoder-decoder Transformers.")
+                  description="Translation and text-to-text generation with encoder-decoder Transformers.",
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     keys = Keys(settings, key_store or KeyStore(settings.key_store))
     glossaries = Glossaries(glossary_store or GlossaryStore(settings.key_store), settings, keys)
     jobs = DocumentJobs(document_store or DocumentStore(settings.documents_path), provider, keys, settings)

@@ -197,7 +197,6 @@ class EngineLoop(EngineHandle):
                     return
                 plan = self.scheduler.schedule()
                 self.stats.admitted(plan.admit, time.monotonic())
-                self._record_queues()
             start = time.monotonic()
             try:
                 events = self.engine.execute(plan)

@@ -36,7 +36,7 @@ from ..engine.sequence import ErrorOutput, Output, Sequence, Status, TokenOutput
 from ..errors import EngineFailed
 from ..metrics import EngineStats, record
 from ..settings import Settings
-from .engine_child import serve_engine
+from .engine_child import send, serve_engine
 from .queued import QueuedCount
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,8 @@ class EngineProcess(EngineHandle):
         with self.lock:  # self.queued: the count of the engine process the sequences go to
             self.queued.take(len(sequences), self.settings.max_waiting_sequences)
             if not self._send(("submit", [(s.id, s.request_id, s.source_ids, s.params, s.stream, s.arrived_at,
-                                           s.features) for s in sequences])):
+                                           s.features) for s in sequences]),
+                              shares_tensors=any(s.features is not None for s in sequences)):
                 self.queued.give_back(len(sequences))
                 raise EngineFailed("the engine process is restarting; retry shortly")
             self.unfinished.update((s.id, s) for s in sequences)
@@ -118,10 +119,10 @@ class EngineProcess(EngineHandle):
                 raise EngineFailed("the engine process is restarting; retry shortly")
         return await future
 
-    def _send(self, message) -> bool:
+    def _send(self, message, shares_tensors: bool = False) -> bool:
         """Under self.lock. False when the engine process is gone."""
         try:
-            self.to_engine.send(message)
+            send(self.to_engine, message, shares_tensors)
             return True
         except (OSError, ValueError):  # a broken or closed pipe
             return False
