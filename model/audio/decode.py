@@ -35,7 +35,7 @@ SLACK = 0.01
 # libsndfile's log when a WAV's data chunk declares more bytes than the file holds (it then reads what is there)
 _DATA_CHUNK = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
 # What a WAV written to a pipe declares, its writer unable to seek back: no length, not a lie. 0xFFFFFFFF and 0
-# (ffmpeg and most), 0x7FFFF000 (espeak-ng and SoX: the largest 4 KiB-aligned signed size), 0x7FFFFFFF.
+# (ffmpeg and most), 0x7FFFF000 (espeak-ng: the largest 4 KiB-aligned signed size), 0x7FFFFFFF.
 _UNKNOWN_LENGTHS = (0, 0xFFFFFFFF, 0x7FFFF000, 0x7FFFFFFF)
 
 
