@@ -9,10 +9,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from huggingface_hub import snapshot_download
-from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
-                                    RevisionNotFoundError)
-
 from ..errors import CheckpointError
 
 CONFIGS = ["config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -42,6 +38,11 @@ def model_dir(name: str | Path) -> Path:
 def snapshot(name: str) -> Path:
     """A repo id's snapshot directory in the cache, fetched if need be: its configs and tokenizer files with the
     safetensors weights, or with the pickles where the repository has no safetensors."""
+    # imported here: it takes half a second of every process's start, and most processes never resolve a repo id
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
+
     repo_id, _, revision = name.partition("@")
     try:
         path = Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=CONFIGS + SAFETENSORS))
