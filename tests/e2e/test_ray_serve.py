@@ -3,7 +3,8 @@ replacement of a replica whose engine fails, metrics across replicas, and a two-
 
 HTTP reaches an application either through Serve's proxy (below its route prefix) or, as `python -m server`
 serves it by default, from its replicas themselves, on a port of its own (`replica_http`); the tests of
-behaviour that differs between the two run both ways."""
+behaviour that differs between the two run both ways, on one application that serves its own port while Serve's
+proxy reaches it too (each deployment costs a replica's start and its model's load)."""
 
 import asyncio
 import contextlib
@@ -88,17 +89,12 @@ def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build
 
 
 @contextlib.contextmanager
-def deployed_at(serve_url: str, ingress: str, name: str, paths: list[str], settings: Settings = SETTINGS,
-                **build_kwargs):
-    """deployed(), reached through Serve's proxy (ingress "serve-proxy") or served by its replicas on a free port
-    ("replica-http"); yields the application's URL and a handle to its replicas."""
-    if ingress == "replica-http":
-        settings = replace(settings, replica_http=True, port=free_port())
+def deployed_at(serve_url: str, name: str, paths: list[str], settings: Settings = SETTINGS, **build_kwargs):
+    """deployed(), served by its replicas on a free port (`replica_http`) and reached through Serve's proxy too;
+    yields the application's URL per ingress ("serve-proxy", "replica-http") and a handle to its replicas."""
+    settings = replace(settings, replica_http=True, port=free_port())
     with deployed(name, paths, settings, **build_kwargs) as handle:
-        yield (f"http://127.0.0.1:{settings.port}" if settings.replica_http else f"{serve_url}/{name}"), handle
-
-
-INGRESSES = pytest.mark.parametrize("ingress", ["serve-proxy", "replica-http"])
+        yield {"serve-proxy": f"{serve_url}/{name}", "replica-http": f"http://127.0.0.1:{settings.port}"}, handle
 
 
 def translate(url: str, **body) -> httpx.Response:
@@ -162,7 +158,8 @@ def test_two_replicas_both_serve(main_app):
 def test_replicas_serve_http_on_one_port(serve_url, metrics_dir):
     """replica_http: both replicas of the application accept connections on its port (the kernel spreads them),
     answer alike, and the port's /metrics sums the node's replicas."""
-    with deployed_at(serve_url, "replica-http", "onport", [], replicas=2) as (url, handle):
+    with deployed_at(serve_url, "onport", [], replicas=2) as (urls, handle):
+        url = urls["replica-http"]
         pids = replica_pids(handle, 2)
         before = Scrape.of(url)
         responses = [translate(url, text="forty-two", target_lang="fr") for _ in range(40)]  # a connection each
@@ -178,7 +175,8 @@ def test_two_replicas_share_one_keys_rate_limit_exactly(serve_url, metrics_dir, 
     """The replicas of a node count a key's requests in one key store: 5 a minute admits 5, not 5 per replica."""
     settings = replace(SETTINGS, api_keys=("ray-key",), rate_limit_per_minute=5,
                        key_store=str(tmp_path / "keys.sqlite"))
-    with deployed_at(serve_url, "replica-http", "keyed", [], settings, replicas=2) as (url, handle):
+    with deployed_at(serve_url, "keyed", [], settings, replicas=2) as (urls, handle):
+        url = urls["replica-http"]
         pids = replica_pids(handle, 2)
         for fresh in (20, 60):  # a second burst in the next minute when the first (replicas loading) straddled two
             within_one_minute(fresh)
@@ -199,7 +197,8 @@ def test_replica_http_drains_in_flight_requests_when_the_app_is_deleted(serve_ur
     from ray import serve
 
     settings = Settings(dtype="float32", max_batch_rows=8, max_new_tokens=250)
-    with deployed_at(serve_url, "replica-http", "drain", [str(slow_checkpoint)], settings) as (url, handle):
+    with deployed_at(serve_url, "drain", [str(slow_checkpoint)], settings) as (urls, handle):
+        url = urls["replica-http"]
         assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
         pid = handle.describe.remote().result()["pid"]
         answers = []  # 8 sequences of 4 beams, 2 at a time: seconds of decoding
@@ -355,25 +354,35 @@ def slow_checkpoint(tmp_path_factory) -> Path:
     return build_checkpoint(tmp_path_factory.mktemp("slow") / "slow", d_model=256, decoder_layers=6)
 
 
-@INGRESSES
-def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_dir, slow_checkpoint, ingress):
+@pytest.fixture(scope="module")
+def slow_app(serve_url, slow_checkpoint):
+    """One replica of the slow model, 8 rows, autoscaled between 1 and 1 (so that it reports its rows), with the
+    model loaded; yields its URLs and handle."""
+    from server.runtime.autoscaling import Scaling
+
+    settings = Settings(dtype="float32", max_batch_rows=8, max_waiting_sequences=128, max_new_tokens=250)
+    with deployed_at(serve_url, "slow", [str(slow_checkpoint)], settings, scaling=Scaling(1, 1)) as (urls, handle):
+        assert translate(urls["replica-http"], text="hello", max_new_tokens=2).status_code == 200
+        yield urls, handle
+
+
+def test_hang_up_on_a_plain_request_under_serve_cancels_it(slow_app, metrics_dir):
     """A client that hangs up on a non-streaming request: the replica's request is cancelled (by Serve's proxy,
     or by the replica's own HTTP server), and its sequences leave the batch (that replica's own gauges say so)."""
-    settings = Settings(dtype="float32", max_batch_rows=8, max_waiting_sequences=128, max_new_tokens=250)
-    with deployed_at(serve_url, ingress, "hangup", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
-        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
-        pid = handle.describe.remote().result()["pid"]
+    urls, handle = slow_app
+    pid = handle.describe.remote().result()["pid"]
 
-        def replica() -> Scrape:
-            return process_scrape(metrics_dir, pid)
+    def replica() -> Scrape:
+        return process_scrape(metrics_dir, pid)
 
+    for ingress, url in urls.items():
         long = {"text": [f"hello world {i}" for i in range(64)], "beam_size": 8, "max_new_tokens": 250}
         conn = send_and_keep_open(url, "/v1/translate", long)
         try:  # decoding: one sequence of 8 beams fills the batch (rows show after its first step), 63 wait
             decoding = eventually(lambda: (s := replica()).get("s2s_running_sequences") == 1
                                   and s.get("s2s_kv_cache_rows_used") == 8
                                   and s.get("s2s_waiting_sequences") > 0 and s, timeout=30)
-            assert decoding, "the long translation never started decoding"
+            assert decoding, (ingress, "the long translation never started decoding")
             at_hang_up = replica()
         finally:
             conn.close()
@@ -383,22 +392,72 @@ def test_hang_up_on_a_plain_request_under_serve_cancels_it(serve_url, metrics_di
                           timeout=15)
         waited = time.monotonic() - hung_up
         last = replica()
-        assert idle, ("the replica kept decoding after the client hung up: "
+        assert idle, (ingress, "the replica kept decoding after the client hung up: "
                       f"{last.get('s2s_running_sequences')} running, {last.get('s2s_waiting_sequences')} waiting, "
                       f"{last.delta(at_hang_up, 's2s_output_tokens_total')} tokens finished since")
-        assert waited < 5  # one of the 64 sequences alone takes about that long
+        assert waited < 5, ingress  # one of the 64 sequences alone takes about that long
         assert idle.delta(at_hang_up, "s2s_output_tokens_total") == 0  # the decoding one left unfinished
         assert idle.delta(at_hang_up, "s2s_queue_wait_seconds_count") == 0  # the waiting ones never ran
         assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-@INGRESSES
-def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint, ingress):
+def reported_rows(app: str) -> list[tuple[float, float]]:
+    """The demand rows each replica of `app` reported, as Serve's controller holds them for its autoscaling
+    policy: (time, rows) of every replica's last sample."""
+    import ray
+    from ray.serve._private.common import DeploymentID
+    from ray.serve.context import _get_global_client
+
+    from server.runtime.rows_policy import DEMAND_ROWS
+
+    controller = _get_global_client()._controller
+    reports = ray.get(controller._get_metrics_for_deployment_for_testing.remote(DeploymentID("Seq2SeqServer", app)))
+    return [(series[-1].timestamp, series[-1].value) for series in reports.get(DEMAND_ROWS, []) if series]
+
+
+def test_the_autoscaler_receives_the_engines_rows_in_use_and_waiting(slow_app, metrics_dir):
+    """A replica serving HTTP itself (no request passes through Serve) reports its engine's rows: 16 beam-4
+    sentences on 8 rows are 2 running and 14 waiting, 64 rows, then less as pairs finish. Each report the
+    controller holds is what the engine's own gauges (rows in use + 4 × waiting) said within two report intervals
+    of it (a report is sampled each second, on the replica's event loop: up to a second more on a busy box; the
+    gauges' files may lag it as much)."""
+    from server.runtime.autoscaling import METRICS_INTERVAL_S
+
+    urls, handle = slow_app
+    url = urls["replica-http"]
+    pid = handle.describe.remote().result()["pid"]
+    request = threading.Thread(target=translate, args=(url,), daemon=True,
+                               kwargs=dict(text=[f"hello world {i}" for i in range(16)], beam_size=4))
+    request.start()
+    seen: list[tuple[float, float]] = []  # (time, the engine's rows) every 0.1 s
+
+    def engine_rows() -> float:
+        gauges = process_scrape(metrics_dir, pid)
+        seen.append((time.time(), gauges.get("s2s_kv_cache_rows_used") + 4 * gauges.get("s2s_waiting_sequences")))
+        return seen[-1][1]
+
+    assert eventually(lambda: engine_rows() == 64, timeout=30, interval=0.1), seen[-1]
+    reports = set()
+    while len(reports) < 5 and request.is_alive():  # up to five reports while pairs of sentences finish
+        engine_rows()
+        reports.update((t, rows) for t, rows in reported_rows("slow") if t > seen[0][0] + 2 * METRICS_INTERVAL_S)
+        time.sleep(0.1)
+    assert len(reports) >= 3, reports  # the request may end sooner on a fast box
+    for _ in range(int(20 * METRICS_INTERVAL_S)):  # the gauges for as long after the last report as before it
+        engine_rows()
+        time.sleep(0.1)
+    for t, rows in reports:  # the gauges' files and the report are written apart: either may lag the other
+        assert rows in {r for at, r in seen if abs(at - t) <= 2 * METRICS_INTERVAL_S}, (t, rows, seen)
+    assert max(rows for _, rows in reports) > 8  # not an idle replica's
+    request.join(120)
+
+
+def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metrics_dir, slow_checkpoint):
     """Every row decoding and the engine's queue full: /healthz and /readyz still answer 200 within a second (the
     replica answers them itself, beside its engine: they never queue behind decoding work)."""
     settings = Settings(dtype="float32", max_batch_rows=4, max_waiting_sequences=32, max_new_tokens=250)
-    with deployed_at(serve_url, ingress, "saturated", [str(slow_checkpoint)], settings, replicas=1) as (url, handle):
-        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
+    with deployed_at(serve_url, "saturated", [str(slow_checkpoint)], settings, replicas=1) as (urls, handle):
+        assert translate(urls["replica-http"], text="hello", max_new_tokens=2).status_code == 200  # model loaded
         pid = handle.describe.remote().result()["pid"]
 
         def gauges():
@@ -408,23 +467,28 @@ def test_health_answers_at_once_while_every_replica_is_saturated(serve_url, metr
         def saturated():
             return gauges() == (4, 32)
 
-        long = {"text": "hello world", "max_new_tokens": 250, "beam_size": 2}  # beams: no early </s> (as above)
-        # 2 decode first (sent all at once, a busy engine may admit one while the queue fills), then 32 wait (the
-        # engine's queue is full: a replica whose ongoing requests Serve capped at rows + queue would queue health
-        # checks behind them) and 2 more get 503 at once
-        connections = [send_and_keep_open(url, "/v1/translate", long) for _ in range(2)]
-        try:
-            assert eventually(lambda: gauges()[0] == 4, timeout=30), gauges()
-            connections += [send_and_keep_open(url, "/v1/translate", long) for _ in range(34)]
-            assert eventually(saturated, timeout=30), ("the engine never filled its rows and its queue", gauges())
-            for path in ("/healthz", "/readyz"):
-                start = time.monotonic()
-                response = httpx.get(f"{url}{path}", timeout=10)
-                assert response.status_code == 200 and time.monotonic() - start < 1, (path, response.text)
-            assert saturated(), "the replica was no longer saturated when health answered"
-        finally:
-            for connection in connections:
-                connection.close()
+        for ingress, url in urls.items():
+            # the last ingress's requests, hung up on, leave the engine first
+            assert eventually(lambda: gauges() == (0, 0), timeout=30), (ingress, gauges())
+            long = {"text": "hello world", "max_new_tokens": 250, "beam_size": 2}  # beams: no early </s> (as above)
+            # 2 decode first (sent all at once, a busy engine may admit one while the queue fills), then 32 wait
+            # (the engine's queue is full: a replica whose ongoing requests Serve capped at rows + queue would queue
+            # health checks behind them) and 2 more get 503 at once
+            connections = [send_and_keep_open(url, "/v1/translate", long) for _ in range(2)]
+            try:
+                assert eventually(lambda: gauges()[0] == 4, timeout=30), (ingress, gauges())
+                connections += [send_and_keep_open(url, "/v1/translate", long) for _ in range(34)]
+                assert eventually(saturated, timeout=30), (ingress, "the engine never filled its rows and its queue",
+                                                           gauges())
+                for path in ("/healthz", "/readyz"):
+                    start = time.monotonic()
+                    response = httpx.get(f"{url}{path}", timeout=10)
+                    assert response.status_code == 200 and time.monotonic() - start < 1, (ingress, path,
+                                                                                           response.text)
+                assert saturated(), (ingress, "the replica was no longer saturated when health answered")
+            finally:
+                for connection in connections:
+                    connection.close()
 
 
 def test_multiplexing_routes_models_and_evicts_least_recently_used(serve_url, tiny_models):
@@ -463,12 +527,13 @@ def test_streams_for_a_model_the_replica_is_loading_all_finish(serve_url, tiny_m
         asyncio.run(turns(handle))
 
 
-@INGRESSES
-def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models, ingress):
-    """Serve replaces the replica; with replica_http the new one serves the port in its place."""
-    with deployed_at(serve_url, ingress, "fault", [str(tiny_models / "tiny-a")], replicas=1,
-                     health_check_period_s=1) as (url, handle):
-        check_replacement(url, handle)
+def test_replica_with_failed_engine_is_replaced(serve_url, tiny_models):
+    """Serve replaces the replica, which then answers through Serve's proxy; and once more: the new one serves the
+    port in its place."""
+    with deployed_at(serve_url, "fault", [str(tiny_models / "tiny-a")], replicas=1,
+                     health_check_period_s=1) as (urls, handle):
+        for url in urls.values():
+            check_replacement(url, handle)
 
 
 def check_replacement(url, handle):
@@ -489,19 +554,20 @@ def check_replacement(url, handle):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-@INGRESSES
-def test_replica_crash_under_load_loses_nothing_or_fails_fast_and_recovers(serve_url, tiny_models, ingress):
+def test_replica_crash_under_load_loses_nothing_or_fails_fast_and_recovers(serve_url, tiny_models):
     """The replica decoding the load, killed: through Serve's proxy its requests go once more, to the other
     replica, and none fails (runtime.replica_lost); served by the replicas themselves, the connections it held
     break with it (as a killed --no-ray worker's do), at once, and those the other forwarded to it go once more.
     Either way the other replica goes on serving while Serve starts a replacement, and the time until the
-    replacement answers is printed."""
-    with deployed_at(serve_url, ingress, "crash", [str(tiny_models / "tiny-a")], replicas=2,
-                     health_check_period_s=1) as (url, handle):
-        check_crash_recovery(url, handle, retried=ingress == "serve-proxy")
+    replacement answers is printed. Through the proxy first, then (a replica replaced) on the replicas' port."""
+    with deployed_at(serve_url, "crash", [str(tiny_models / "tiny-a")], replicas=2,
+                     health_check_period_s=1) as (urls, handle):
+        for ingress, url in urls.items():
+            check_crash_recovery(url, handle, ingress)
 
 
-def check_crash_recovery(url, handle, retried: bool):
+def check_crash_recovery(url, handle, ingress: str):
+    retried = ingress == "serve-proxy"
     pids = replica_pids(handle, 2)
     outcomes, stop = [], threading.Event()
 
@@ -544,7 +610,7 @@ def check_crash_recovery(url, handle, retried: bool):
             return set()
 
     replaced = eventually(replacement, timeout=120, interval=0.2)
-    print(f"{len(outcomes)} requests under load, {len(failures)} failed when the replica holding the model was "
+    print(f"{ingress}: {len(outcomes)} requests under load, {len(failures)} failed when the replica holding the model was "
           f"killed ({sorted({o[0] for o in failures})}); a replacement answered "
           f"{time.monotonic() - killed_at:.1f} s after the kill; (status, seconds, start after the kill): "
           f"{[(status, round(elapsed, 1), round(start - killed_at, 1)) for status, elapsed, _, start in outcomes]}")
@@ -559,21 +625,21 @@ def check_crash_recovery(url, handle, retried: bool):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
-@INGRESSES
-def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models, ingress):
+def test_overload_under_serve_gets_503_with_retry_after(serve_url, tiny_models):
     small = Settings(dtype="float32", max_batch_rows=2, max_waiting_sequences=2, max_new_tokens=64)
-    with deployed_at(serve_url, ingress, "overload", [str(tiny_models / "tiny-a")], small, replicas=1) as (url, _):
+    with deployed_at(serve_url, "overload", [str(tiny_models / "tiny-a")], small, replicas=1) as (urls, _):
+        for ingress, url in urls.items():
 
-        async def burst():
-            async with httpx.AsyncClient(timeout=120) as client:
-                return await asyncio.gather(*(client.post(f"{url}/v1/translate", json={
-                    "text": f"hello {i}", "max_new_tokens": 60, "beam_size": 1}) for i in range(30)))
+            async def burst():
+                async with httpx.AsyncClient(timeout=120) as client:
+                    return await asyncio.gather(*(client.post(f"{url}/v1/translate", json={
+                        "text": f"hello {i}", "max_new_tokens": 60, "beam_size": 1}) for i in range(30)))
 
-        responses = asyncio.run(burst())
-        statuses = [r.status_code for r in responses]
-        assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses
-        assert all(r.headers.get("retry-after") for r in responses if r.status_code == 503)
-        assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+            responses = asyncio.run(burst())
+            statuses = [r.status_code for r in responses]
+            assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses, (ingress, statuses)
+            assert all(r.headers.get("retry-after") for r in responses if r.status_code == 503), ingress
+            assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
 def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes_and_counts_keys_once(tmp_path):
@@ -628,61 +694,7 @@ def test_families_side_by_side_route_by_language_and_share_limits(serve_url, che
         assert len(handle.describe.remote().result()["models"]) == 2  # the least recently used was evicted
 
 
-def reported_rows(app: str) -> list[tuple[float, float]]:
-    """The demand rows each replica of `app` reported, as Serve's controller holds them for its autoscaling
-    policy: (time, rows) of every replica's last sample."""
-    import ray
-    from ray.serve._private.common import DeploymentID
-    from ray.serve.context import _get_global_client
-
-    from server.runtime.rows_policy import DEMAND_ROWS
-
-    controller = _get_global_client()._controller
-    reports = ray.get(controller._get_metrics_for_deployment_for_testing.remote(DeploymentID("Seq2SeqServer", app)))
-    return [(series[-1].timestamp, series[-1].value) for series in reports.get(DEMAND_ROWS, []) if series]
-
-
-def test_the_autoscaler_receives_the_engines_rows_in_use_and_waiting(serve_url, metrics_dir, slow_checkpoint):
-    """A replica serving HTTP itself (no request passes through Serve) reports its engine's rows: 16 beam-4
-    sentences on 8 rows are 2 running and 14 waiting, 64 rows, then less as pairs finish. Each report the
-    controller holds is what the engine's own gauges (rows in use + 4 × waiting) said within two report intervals
-    of it (a report is sampled each second, on the replica's event loop: up to a second more on a busy box; the
-    gauges' files may lag it as much)."""
-    from server.runtime.autoscaling import METRICS_INTERVAL_S, Scaling
-
-    settings = Settings(dtype="float32", max_batch_rows=8, max_new_tokens=250)
-    with deployed_at(serve_url, "replica-http", "rows", [str(slow_checkpoint)], settings,
-                     scaling=Scaling(1, 1)) as (url, handle):
-        assert translate(url, text="hello", max_new_tokens=2).status_code == 200  # the replica loads the model
-        pid = handle.describe.remote().result()["pid"]
-        request = threading.Thread(target=translate, args=(url,), daemon=True,
-                                   kwargs=dict(text=[f"hello world {i}" for i in range(16)], beam_size=4))
-        request.start()
-        seen: list[tuple[float, float]] = []  # (time, the engine's rows) every 0.1 s
-
-        def engine_rows() -> float:
-            gauges = process_scrape(metrics_dir, pid)
-            seen.append((time.time(), gauges.get("s2s_kv_cache_rows_used") + 4 * gauges.get("s2s_waiting_sequences")))
-            return seen[-1][1]
-
-        assert eventually(lambda: engine_rows() == 64, timeout=30, interval=0.1), seen[-1]
-        reports = set()
-        while len(reports) < 5 and request.is_alive():  # up to five reports while pairs of sentences finish
-            engine_rows()
-            reports.update((t, rows) for t, rows in reported_rows("rows") if t > seen[0][0] + 2 * METRICS_INTERVAL_S)
-            time.sleep(0.1)
-        assert len(reports) >= 3, reports  # the request may end sooner on a fast box
-        for _ in range(int(20 * METRICS_INTERVAL_S)):  # the gauges for as long after the last report as before it
-            engine_rows()
-            time.sleep(0.1)
-        for t, rows in reports:  # the gauges' files and the report are written apart: either may lag the other
-            assert rows in {r for at, r in seen if abs(at - t) <= 2 * METRICS_INTERVAL_S}, (t, rows, seen)
-        assert max(rows for _, rows in reports) > 8  # not an idle replica's
-        request.join(120)
-
-
-@INGRESSES
-def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothing(serve_url, ingress):
+def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothing(serve_url):
     """min 1 / max 2 replicas with short delays (runtime.autoscaling), replicas of 2 rows: 8 clients at once ask
     for 8 rows and take the count (in /v1/models and the s2s_replicas gauge) to 2; then one client alone, streaming,
     whose streams go on while Serve removes a replica (it drains what it has), sees the count back at 1. Every
@@ -691,50 +703,55 @@ def test_autoscaling_adds_a_replica_under_load_and_removes_it_after_losing_nothi
 
     settings = replace(SETTINGS, max_batch_rows=2)
     scaling = Scaling(1, 2, upscale_delay_s=1, downscale_delay_s=2)
-    with deployed_at(serve_url, ingress, "autoscaled", [], settings, scaling=scaling) as (url, _):
-        statuses: list[int | str] = []
-        burst_over, done = threading.Event(), threading.Event()
+    with deployed_at(serve_url, "autoscaled", [], settings, scaling=scaling) as (urls, _):
+        for ingress, url in urls.items():
+            check_autoscaling(ingress, url)
 
-        def client(until: threading.Event):
-            with httpx.Client(timeout=60) as http:
-                while not until.is_set():
-                    body = {"text": "one hundred and twenty three", "target_lang": "de"}
-                    statuses.append(http.post(f"{url}/v1/translate", json=body).status_code)
 
-        def streaming_client():
-            body = {"text": ">>fr<< one hundred and twenty three", "stream": True}
-            with httpx.Client(timeout=60) as http:
-                while not done.is_set():
-                    with http.stream("POST", f"{url}/v1/generate", json=body) as response:
-                        ended = "data: [DONE]" in response.read().decode()
-                        statuses.append(response.status_code if ended or response.status_code != 200 else "cut")
-                    # a pause between streams: one row held back to back is a 2-row replica at half, the bound
-                    # below which one replica fewer is enough
-                    done.wait(0.3)
+def check_autoscaling(ingress: str, url: str) -> None:
+    statuses: list[int | str] = []
+    burst_over, done = threading.Event(), threading.Event()
 
-        def replicas() -> tuple[int, float] | str:
-            try:
-                listed = {m["replicas"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
-                gauge = Scrape.of(url).get("s2s_replicas", app="autoscaled")
-            except httpx.TransportError as e:
-                # replica HTTP: a new connection the kernel queued on the listener of the replica Serve removes is
-                # reset as it closes (SO_REUSEPORT; deploy/README.md, net.ipv4.tcp_migrate_req); polled again
-                return repr(e)
-            return listed.pop() if len(listed) == 1 else listed, gauge
+    def client(until: threading.Event):
+        with httpx.Client(timeout=60) as http:
+            while not until.is_set():
+                body = {"text": "one hundred and twenty three", "target_lang": "de"}
+                statuses.append(http.post(f"{url}/v1/translate", json=body).status_code)
 
-        threads = [threading.Thread(target=streaming_client, daemon=True)]
-        threads += [threading.Thread(target=client, args=(burst_over,), daemon=True) for _ in range(7)]
-        for thread in threads:
-            thread.start()
+    def streaming_client():
+        body = {"text": ">>fr<< one hundred and twenty three", "stream": True}
+        with httpx.Client(timeout=60) as http:
+            while not done.is_set():
+                with http.stream("POST", f"{url}/v1/generate", json=body) as response:
+                    ended = "data: [DONE]" in response.read().decode()
+                    statuses.append(response.status_code if ended or response.status_code != 200 else "cut")
+                # a pause between streams: one row held back to back is a 2-row replica at half, the bound
+                # below which one replica fewer is enough
+                done.wait(0.3)
+
+    def replicas() -> tuple[int, float] | str:
         try:
-            # bounds, not targets: a new replica imports torch and loads the model, and under xdist the other
-            # worker's tests share the two cores
-            assert eventually(lambda: replicas() == (2, 2), timeout=120, interval=0.5), replicas()
-            burst_over.set()  # the streaming client goes on
-            assert eventually(lambda: replicas() == (1, 1), timeout=120, interval=1), replicas()
-        finally:
-            burst_over.set()
-            done.set()
-            for thread in threads:
-                thread.join(10)
-        assert statuses and set(statuses) == {200}, sorted(set(statuses))
+            listed = {m["replicas"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+            gauge = Scrape.of(url).get("s2s_replicas", app="autoscaled")
+        except httpx.TransportError as e:
+            # replica HTTP: a new connection the kernel queued on the listener of the replica Serve removes is
+            # reset as it closes (SO_REUSEPORT; deploy/README.md, net.ipv4.tcp_migrate_req); polled again
+            return repr(e)
+        return listed.pop() if len(listed) == 1 else listed, gauge
+
+    threads = [threading.Thread(target=streaming_client, daemon=True)]
+    threads += [threading.Thread(target=client, args=(burst_over,), daemon=True) for _ in range(7)]
+    for thread in threads:
+        thread.start()
+    try:
+        # bounds, not targets: a new replica imports torch and loads the model, and under xdist the other
+        # worker's tests share the two cores
+        assert eventually(lambda: replicas() == (2, 2), timeout=120, interval=0.5), (ingress, replicas())
+        burst_over.set()  # the streaming client goes on
+        assert eventually(lambda: replicas() == (1, 1), timeout=120, interval=1), (ingress, replicas())
+    finally:
+        burst_over.set()
+        done.set()
+        for thread in threads:
+            thread.join(10)
+    assert statuses and set(statuses) == {200}, (ingress, sorted(set(statuses)))
