@@ -83,7 +83,7 @@ def plan(args: argparse.Namespace) -> list[Step]:
                           [Command("gpu_invariance", [py, "-m", "loadtests.gpu_invariance", "--out",
                                                       str(out / "checkpoints"), *sizes], 600)]))
     if "quality" in args.steps:
-        numbers, beams = ("24", "1,2") if dry else ("1000", "1,4")
+        numbers, beams = ("8", "1,2") if dry else ("1000", "1,4")
         quality = Step("quality", "Demo model exact match per language, CPU float32 and the GPU's half precisions", [])
         for on, dtype in [("cpu", "float32"), (device, half)] + ([] if dry else [("cuda", "bfloat16")]):
             quality.commands.append(Command(f"{dtype} on {on}", [

@@ -106,7 +106,9 @@ def test_sources_pack_whole_and_in_order():
     assert pack_rows([9, 2], 7) == ([0, 1], [0, 0])  # a longer source than a row still gets one of its own
 
 
-@pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0)])
+# each length penalty and four beam counts (test_parity walks the whole grid on Marian): every cell is two
+# transformers beam searches per family
+@pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (3, 0.6), (4, 2.0), (5, 1.0)])
 def test_cli_translations_match_generate(family, tmp_path, beams, length_penalty):
     _, path, source, targets, hf_tok, hf_model = family
     batch = hf_tok(LINES, return_tensors="pt", padding=True)
