@@ -615,16 +615,19 @@ def check_crash_recovery(url, handle, ingress: str):
             return set()
 
     replaced = eventually(replacement, timeout=120, interval=0.2)
+    def timeline(outcome) -> tuple[int, float, float]:  # (status, seconds, start after the kill)
+        status, elapsed, _, start = outcome
+        return status, round(elapsed, 1), round(start - killed_at, 1)
+
     print(f"{ingress}: {len(outcomes)} requests under load, {len(failures)} failed when the replica holding the model "
           f"was killed ({sorted({o[0] for o in failures})}); a replacement answered "
           f"{time.monotonic() - killed_at:.1f} s after the kill; (status, seconds, start after the kill): "
-          f"{[(status, round(elapsed, 1), round(start - killed_at, 1)) for status, elapsed, _, start in outcomes]}")
+          f"{[timeline(o) for o in outcomes]}")
     if retried:
         assert failures == [], failures[:3]
     else:  # only the connections the killed replica held broke
         assert all(status == 0 for status, _, _ in failures), failures[:3]
-    late = [(status, round(elapsed, 1), round(start - killed_at, 1)) for status, elapsed, _, start in outcomes
-            if start >= loaded_at and elapsed >= SETTINGS.request_timeout_s]
+    late = [timeline(o) for o in outcomes if o[3] >= loaded_at and o[1] >= SETTINGS.request_timeout_s]
     assert late == [], f"(status, seconds, start after the kill): {late}"
     assert replaced
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
