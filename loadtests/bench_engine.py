@@ -77,13 +77,19 @@ TINY_BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attenti
 TINY_T5 = dict(d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2)
 
 
+def built(path: Path) -> bool:
+    """Whether an earlier process built the checkpoint at `path`: asked before importing transformers, which takes
+    seconds (each engine's worker process asks)."""
+    return (path / "config.json").exists()
+
+
 def build_checkpoint(path: Path, sizes: dict | None = None) -> Path:
     """A random opus-mt-en-de-shaped Marian checkpoint (`sizes` override the layers') with the tokenizer files
     CTranslate2 needs."""
+    if built(path):
+        return path
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
-    if (path / "config.json").exists():
-        return path
     path.mkdir(parents=True, exist_ok=True)
     vocab = OPUS_MT_EN_DE["vocab_size"]
     pad = vocab - 1
@@ -120,12 +126,12 @@ def build_nllb_checkpoint(path: Path, sizes: dict | None = None) -> Path:
     two made-up words, so that ids 0..256205 all exist as in the real model's vocabulary) and a
     tokenizer_config.json for transformers' NllbTokenizer (what CTranslate2's converter loads) that lists the
     codes in extra_special_tokens (what our loader reads)."""
+    if built(path):
+        return path
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
-    if (path / "config.json").exists():
-        return path
     path.mkdir(parents=True, exist_ok=True)
     specials = ["<s>", "<pad>", "</s>", "<unk>"]
     vocab = {t: i for i, t in enumerate(specials)} | {f"▁w{i}": i + 4 for i in range(NLLB_PIECES - 4)}
@@ -162,12 +168,12 @@ def build_t5_checkpoint(path: Path, sizes: dict | None = None) -> Path:
     """A random flan-T5-base-shaped checkpoint laid out as the Hub's (config.json with tie_word_embeddings false
     and an lm_head.weight; transformers 5 would save it tied) with a T5 tokenizer.json and tokenizer_config.json
     (what CTranslate2's converter loads)."""
+    if built(path):
+        return path
     from safetensors.torch import load_file, save_file
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration
 
-    if (path / "config.json").exists():
-        return path
     path.mkdir(parents=True, exist_ok=True)
     sentinels = [f"<extra_id_{i}>" for i in reversed(range(100))]  # <extra_id_0> is the last id
     pieces = ["<pad>", "</s>", "<unk>"] + [f"▁w{i}" for i in range(FLAN_T5_BASE["vocab_size"] - 103)] + sentinels
