@@ -519,24 +519,6 @@ def test_streams_for_a_model_the_replica_is_loading_all_finish(tiny_app):
     asyncio.run(turns())
 
 
-def check_replacement(url, handle):
-    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
-    before = handle.describe.remote().result()["replica"]
-    handle.stop_engines.remote().result()
-    deadline = time.monotonic() + 120
-    replaced = None
-    while time.monotonic() < deadline:
-        try:
-            replaced = handle.describe.remote().result(timeout_s=10)["replica"]
-        except Exception:
-            replaced = None
-        if replaced not in (None, before):
-            break
-        time.sleep(1)
-    assert replaced not in (None, before)
-    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
-
-
 def test_replicas_on_one_port_and_a_crash_under_load_loses_nothing_or_fails_fast_and_recovers(
         serve_url, tiny_models, metrics_dir):
     """Two replicas serving HTTP themselves share the application's port (check_one_port). Then the replica
@@ -658,6 +640,24 @@ def test_overload_gets_503_with_retry_after_and_a_replica_with_failed_engine_is_
             assert translate(url, text="hello", max_new_tokens=4).status_code == 200
         for url in urls.values():
             check_replacement(url, handle)
+
+
+def check_replacement(url, handle):
+    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
+    before = handle.describe.remote().result()["replica"]
+    handle.stop_engines.remote().result()
+    deadline = time.monotonic() + 120
+    replaced = None
+    while time.monotonic() < deadline:
+        try:
+            replaced = handle.describe.remote().result(timeout_s=10)["replica"]
+        except Exception:
+            replaced = None
+        if replaced not in (None, before):
+            break
+        time.sleep(1)
+    assert replaced not in (None, before)
+    assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
 def test_two_node_cluster_on_loopback_runs_replicas_on_both_nodes_and_counts_keys_once(tmp_path):
