@@ -601,6 +601,7 @@ def check_crash_recovery(url, handle, ingress: str, metrics_dir: Path):
             return set()
 
     replaced = eventually(replacement, timeout=120, interval=0.2)
+
     def timeline(outcome) -> tuple[int, float, float]:  # (status, seconds, start after the kill)
         status, elapsed, _, start = outcome
         return status, round(elapsed, 1), round(start - killed_at, 1)
@@ -646,17 +647,15 @@ def check_replacement(url, handle):
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
     before = handle.describe.remote().result()["replica"]
     handle.stop_engines.remote().result()
-    deadline = time.monotonic() + 120
-    replaced = None
-    while time.monotonic() < deadline:
+
+    def replica() -> str | None:  # None while no replica answers
         try:
-            replaced = handle.describe.remote().result(timeout_s=10)["replica"]
+            return handle.describe.remote().result(timeout_s=10)["replica"]
         except Exception:
-            replaced = None
-        if replaced not in (None, before):
-            break
-        time.sleep(1)
-    assert replaced not in (None, before)
+            return None
+
+    replaced = eventually(lambda: (r := replica()) not in (None, before) and r, timeout=120, interval=1)
+    assert replaced, f"no replica other than {before} answered within 120 s"
     assert translate(url, text="hello", max_new_tokens=4).status_code == 200
 
 
