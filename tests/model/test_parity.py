@@ -50,8 +50,15 @@ def test_decoder_logits_match(variant):
     assert (expected - got).abs().max().item() < 1e-4
 
 
-@pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0),
-                                                  (2, 2.0), (4, 1.0)])
+def on_two_variants(cases: list[tuple]) -> list[tuple]:
+    """Each case with the name of two variants in turn (every variant on as many cases): the variants' logits are
+    held to transformers' above, and what a search setting exercises does not depend on the variant."""
+    names = list(VARIANTS)
+    return [(names[(i + k) % len(names)], *case) for i, case in enumerate(cases) for k in (0, 1)]
+
+
+@pytest.mark.parametrize("variant,beams,length_penalty", on_two_variants([
+    (1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0), (2, 2.0), (4, 1.0)]), indirect=["variant"])
 def test_cli_translations_match_generate(variant, tmp_path, beams, length_penalty):
     path, hf_model, hf_tok = variant
     batch = hf_tok(SENTENCES, return_tensors="pt", padding=True)
@@ -122,7 +129,8 @@ def eos_variant(request, checkpoints, tmp_path_factory):
 EARLY_STOPPING_CASES = [(2, 1.0, {True, "never"}), (2, 1.5, {True, "never"}), (4, 2.0, {True}), (3, -0.5, set())]
 
 
-@pytest.mark.parametrize("beams,length_penalty,changes", EARLY_STOPPING_CASES)
+@pytest.mark.parametrize("eos_variant,beams,length_penalty,changes", on_two_variants(EARLY_STOPPING_CASES),
+                         indirect=["eos_variant"])
 def test_early_stopping_matches_generate(eos_variant, beams, length_penalty, changes):
     """early_stopping True / False / "never": the same hypotheses and scores as transformers' beam search."""
     path, hf_model, hf_tok = eos_variant
