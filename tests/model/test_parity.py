@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 import torch
+from cases import on_two_of
 from marian_fixtures import SENTENCES, VARIANTS
 from transformers import MarianMTModel
 from transformers import MarianTokenizer as HFTokenizer
@@ -50,14 +51,7 @@ def test_decoder_logits_match(variant):
     assert (expected - got).abs().max().item() < 1e-4
 
 
-def on_two_variants(cases: list[tuple]) -> list[tuple]:
-    """Each case with the name of two variants in turn (every variant on as many cases): the variants' logits are
-    held to transformers' above, and what a search setting exercises does not depend on the variant."""
-    names = list(VARIANTS)
-    return [(names[(i + k) % len(names)], *case) for i, case in enumerate(cases) for k in (0, 1)]
-
-
-@pytest.mark.parametrize("variant,beams,length_penalty", on_two_variants([
+@pytest.mark.parametrize("variant,beams,length_penalty", on_two_of(list(VARIANTS), [
     (1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0), (2, 2.0), (4, 1.0)]), indirect=["variant"])
 def test_cli_translations_match_generate(variant, tmp_path, beams, length_penalty):
     path, hf_model, hf_tok = variant
@@ -129,7 +123,7 @@ def eos_variant(request, checkpoints, tmp_path_factory):
 EARLY_STOPPING_CASES = [(2, 1.0, {True, "never"}), (2, 1.5, {True, "never"}), (4, 2.0, {True}), (3, -0.5, set())]
 
 
-@pytest.mark.parametrize("eos_variant,beams,length_penalty,changes", on_two_variants(EARLY_STOPPING_CASES),
+@pytest.mark.parametrize("eos_variant,beams,length_penalty,changes", on_two_of(list(VARIANTS), EARLY_STOPPING_CASES),
                          indirect=["eos_variant"])
 def test_early_stopping_matches_generate(eos_variant, beams, length_penalty, changes):
     """early_stopping True / False / "never": the same hypotheses and scores as transformers' beam search."""

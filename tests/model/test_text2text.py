@@ -6,6 +6,7 @@ inside a busy batch of mixed rules."""
 
 import pytest
 import torch
+from cases import on_two_of
 from oracles import assert_cached_steps_equal_full
 from text2text_fixtures import BART_SENTENCES, MADLAD_TARGETS, T5_SENTENCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -83,7 +84,8 @@ def test_cached_steps_equal_full_redecoding(checkpoint, many_rows):
     assert_cached_steps_equal_full(bundle.network, sources, steps=30, atol=3e-4)
 
 
-@pytest.mark.parametrize("beams,length_penalty", [(1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0)])
+@pytest.mark.parametrize("checkpoint,beams,length_penalty", on_two_of(NAMES, [
+    (1, 1.0), (2, 0.6), (3, 1.0), (4, 2.0), (5, 0.6), (5, 2.0)]), indirect=["checkpoint"])
 def test_cli_matches_generate(checkpoint, tmp_path, beams, length_penalty):
     """The CLI reads each line as the whole prompt; the checkpoint's generation rules apply to both sides."""
     name, path, hf_tok, hf_model = checkpoint
