@@ -85,6 +85,11 @@ def deployed(name: str, paths: list[str], settings: Settings = SETTINGS, **build
     try:
         yield handle
     finally:
+        # Its router (the handles made from it share it) pushes metrics to Serve's controller every second for as
+        # long as this process lives: once a later test in this worker starts Ray again, every push fails and logs
+        # a traceback. Python 3.11 parses source for a traceback's carets, and a fuzzing test's hypothesis, parsing
+        # in the main thread meanwhile, failed with CPython's "AST constructor recursion depth mismatch" (gh-106905).
+        handle.shutdown()
         serve.delete(name)
 
 
