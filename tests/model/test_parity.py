@@ -119,7 +119,7 @@ def eos_variant(request, checkpoints, tmp_path_factory):
     return dst, MarianMTModel.from_pretrained(dst, dtype=torch.float32).eval(), HFTokenizer.from_pretrained(dst)
 
 
-# (beams, length_penalty, early_stopping values that must change some output versus False on every variant)
+# (beams, length_penalty, early_stopping values that must change some output versus False on each variant it runs on)
 EARLY_STOPPING_CASES = [(2, 1.0, {True, "never"}), (2, 1.5, {True, "never"}), (4, 2.0, {True}), (3, -0.5, set())]
 
 
