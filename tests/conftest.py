@@ -71,6 +71,17 @@ def pytest_sessionfinish(session):
         dry_run.started.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_worker_directory(tmp_path_factory):
+    """Module- and session-scoped fixtures, made before any test's own folder, run in a folder of this worker's:
+    an app they make keeps its key store and document jobs away from the other worker's and the repository's
+    (apps on one store take each other's queued jobs, each under its own limits: a job over `limited`'s sentence
+    limit came back done)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("worker"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def own_working_directory(tmp_path, monkeypatch):
     """Each test runs in a folder of its own, so an app made in the test keeps its key store (keys.sqlite in the
