@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .bench_batching import demo_texts
-from .bench_serving import cpu_seconds
+from .bench_serving import process_name, run_http
 from .server import served, start_group, stop_group, wait_ready
 
 
@@ -80,17 +79,10 @@ def floor(url: str, app: str, log: Path):
         stop_group(process, 10)
 
 
-def load(url: str, pid: int, bodies: list[dict], clients: int) -> tuple[float, float, float]:
+def load(url: str, pid: int, texts: list[tuple[str, str]], clients: int) -> tuple[float, float, float]:
     """(requests/s, CPU ms per request of process `pid` alone, p50 ms)."""
-    before = cpu_seconds([pid])[pid][1]
-    run = subprocess.run([sys.executable, "-m", "loadtests.http_load", "--url", url + "/v1/translate", "--clients",
-                          str(clients)], input=json.dumps(bodies), capture_output=True, text=True, check=True)
-    used = cpu_seconds([pid])[pid][1] - before
-    report = json.loads(run.stdout)
-    if report["failed"]:
-        raise RuntimeError(f"{report['failed']} of {len(bodies)} requests failed at {url}")
-    return (len(bodies) / report["elapsed"], used * 1000 / len(bodies),
-            statistics.median(report["latencies"]) * 1000)
+    result = run_http(url, pid, texts, clients, 1, url)
+    return result.texts_s, result.cpu_ms.get(process_name(pid), 0.0), statistics.median(result.latencies) * 1000
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -100,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--port", type=int, default=8041, help="the first of three")
     args = p.parse_args(argv)
-    bodies = [{"text": text, "source_lang": "en", "target_lang": lang} for text, lang in demo_texts(args.requests, 7)]
+    texts = demo_texts(args.requests, 7)
     urls = [f"http://127.0.0.1:{args.port + i}" for i in range(3)]
     names = ["bare ASGI app", "FastAPI route, pydantic body", "python -m server --no-ray (HTTP process)"]
     cells: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
@@ -109,10 +101,10 @@ def main(argv: list[str] | None = None) -> None:
                      stack.enter_context(floor(urls[1], "fastapi_app", Path(logs) / "fastapi.log")),
                      stack.enter_context(served(urls[2], "--no-ray", Path(logs) / "server.log"))]
         for url, process in zip(urls, processes):  # warm-up: a server's first requests load and trace
-            load(url, process.pid, bodies[:200], args.clients)
+            load(url, process.pid, texts[:200], args.clients)
         for _ in range(args.rounds):
             for name, url, process in zip(names, urls, processes):
-                cells[name].append(load(url, process.pid, bodies, args.clients))
+                cells[name].append(load(url, process.pid, texts, args.clients))
     print(f"\n{args.requests} single-text requests from {args.clients} closed-loop clients, {args.rounds} rounds "
           f"taking turns (values in round order)\n")
     print("| app | requests/s | CPU ms per request | p50 ms |")
