@@ -16,8 +16,8 @@ Steps, each command in a process of its own (a failing one stops nothing else), 
 Then report.md and report.json in --out: the GPU, its driver, torch and CUDA, each step's status and time, every
 table the steps printed, and the issue's targets checked against the numbers.
 
---dry-run walks every step on the CPU (float32 and bfloat16, tiny model shapes, small counts), so that on a GPU
-machine only CUDA can fail; CI runs it.
+--dry-run walks every step on the CPU (float32 and bfloat16, or int8 below AVX-512; tiny model shapes, small
+counts), so that on a GPU machine only CUDA can fail; CI runs it.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ class Step:
         return "passed" if not failed else "; ".join(f"{c.label}: {c.status}" for c in failed)
 
 
+def reduced_cpu_format() -> str:
+    """The dry run's stand-in for the GPU's half precision: bfloat16 where this process's kernels run it, else int8
+    (model.kernels.dtypes refuses bfloat16 below AVX-512)."""
+    from model.kernels import isa
+
+    return "bfloat16" if isa.bfloat16_packs() else "int8"
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -70,14 +78,14 @@ def installed(module: str) -> bool:
 def plan(args: argparse.Namespace) -> list[Step]:
     """The steps asked for, with their commands for a GPU or (dry run) the CPU."""
     py, out, dry = sys.executable, Path(args.out), args.dry_run
-    device, half = ("cpu", "bfloat16") if dry else ("cuda", "float16")
+    device, half = ("cpu", reduced_cpu_format()) if dry else ("cuda", "float16")
     steps = []
     if "tests" in args.steps:
         steps.append(Step("tests", "tests/model/test_cuda.py on the GPU", [Command(
             "pytest", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "tests/model/test_cuda.py"],
             600)]))
     if "invariance" in args.steps:
-        sizes = ["--device", "cpu", "--dtypes", "bfloat16", "--parts", "end-to-end,layers", "--sources", "3",
+        sizes = ["--device", "cpu", "--dtypes", half, "--parts", "end-to-end,layers", "--sources", "3",
                  "--styles", "plain,fixed"] if dry else []
         steps.append(Step("invariance", "Batch invariance on the GPU: a row alone against inside other row counts",
                           [Command("gpu_invariance", [py, "-m", "loadtests.gpu_invariance", "--out",

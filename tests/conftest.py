@@ -48,9 +48,17 @@ LAYERS = ("model", "server", "e2e", "tools")  # tests/<layer>/: each test carrie
 
 
 def pytest_collection_modifyitems(items):
+    from model.kernels import isa
+
+    # model.kernels.dtypes refuses bfloat16 where this process's kernels cannot pack it (below AVX-512, or capped)
+    no_bfloat16 = None if isa.bfloat16_packs() else pytest.mark.skip(
+        reason=f"bfloat16 does not run on {isa.instruction_sets()}")
     for item in items:
         if item.path.parent.name in LAYERS:
             item.add_marker(item.path.parent.name)
+        params = getattr(item, "callspec", None)
+        if no_bfloat16 and params and params.params.get("dtype") == "bfloat16":
+            item.add_marker(no_bfloat16)
 
 
 def pytest_collection_finish(session):

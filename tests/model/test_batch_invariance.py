@@ -18,20 +18,12 @@ from batch_decoding import ROW_COUNTS, assert_rows_invariant, decodings, differe
 from marian_fixtures import WORDS_EN, build_checkpoint
 
 from model import Translator, load
-from model.kernels import isa, quantize
+from model.kernels import quantize
 from model.network.layers import RMSNorm, attended_length, attention
 
 pytestmark = pytest.mark.slow
 
 DTYPES = ("float32", "bfloat16", "int8")
-
-
-@pytest.fixture(autouse=True)
-def runnable_here(request):
-    """bfloat16 is refused where this process's kernels cannot pack it (under an AVX2 cap: test_instruction_sets)."""
-    params = getattr(request.node, "callspec", None)
-    if params and params.params.get("dtype") == "bfloat16" and not isa.bfloat16_packs():
-        pytest.skip(f"bfloat16 does not run on {isa.instruction_sets()}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -49,14 +49,13 @@ def test_cli_defaults_to_the_demo_model():
     assert f"dtype: {resolve_dtype('auto', 'cpu')} (auto on cpu)" in result.stderr
 
 
-def test_bfloat16_and_int8_translate_held_out_numbers_like_float32():
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_bfloat16_and_int8_translate_held_out_numbers_like_float32(dtype):
     """The speed options (README benchmarks) keep the demo's translations: measured identical on 1,000 numbers."""
     numbers = held_out_numbers(24, seed=13)
     sources = [f">>{LANGUAGES[i % 4]}<< {num2words(n, lang='en')}" for i, n in enumerate(numbers)]
     expected = [t.text for t in Translator.from_pretrained().translate(sources)]
-    for dtype in ("bfloat16", "int8"):
-        translator = Translator.from_pretrained(dtype=dtype)
-        assert [t.text for t in translator.translate(sources)] == expected, dtype
+    assert [t.text for t in Translator.from_pretrained(dtype=dtype).translate(sources)] == expected
 
 
 def test_a_glossary_term_takes_the_place_of_what_its_source_term_would_give():

@@ -3,6 +3,7 @@ bfloat16 and int8: encoder passes, cross-attention keys and values and decoder s
 both sides of the products' padding (and of bfloat16's blocks of rows) and at growing target lengths; a trace that
 would keep a shape fixed fails."""
 
+import functools
 from collections import Counter
 
 import pytest
@@ -28,10 +29,15 @@ def every_family(checkpoints, family_checkpoints, text2text_checkpoints):
 @pytest.fixture(scope="module", params=["shared-swish-safetensors", "gelu-untied", "nllb", "mbart50", "t5_v1_0",
                                         "t5_v1_1", "madlad", "bart"])
 def networks(request, every_family):
-    """(traced, eager) networks of one checkpoint, per dtype."""
+    """dtype → (traced, eager) networks of one checkpoint, loaded at a test's first call (a format this CPU cannot
+    run is skipped, never loaded: conftest)."""
     path = every_family[request.param]
-    return {dtype: (load(path, dtype=dtype).network, load(path, dtype=dtype, traced=False).network)
-            for dtype in DTYPES}
+
+    @functools.cache
+    def of(dtype: str):
+        return load(path, dtype=dtype).network, load(path, dtype=dtype, traced=False).network
+
+    return of
 
 
 def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int]]:
@@ -44,7 +50,7 @@ def sources(network: Seq2SeqTransformer, count: int, seed: int) -> list[list[int
 @pytest.mark.parametrize("dtype,rows", [(dtype, rows) for dtype in DTYPES for rows in (1, 2, 3, 10)]
                          + [("bfloat16", BLOCK_ROWS + 1)])  # bfloat16's products in blocks of rows
 def test_traced_decoding_computes_what_eager_decoding_does(networks, dtype, rows):
-    traced, eager = networks[dtype]
+    traced, eager = networks(dtype)
     assert traced.traced is not None and eager.traced is None
     batch = sources(traced, rows, seed=rows)
     cfg, steps = traced.config, 6
@@ -84,7 +90,7 @@ def attention_kernels(network: Seq2SeqTransformer, rows: int) -> Counter:
 def test_a_traced_step_attends_through_the_kernels_eager_code_chooses(networks, dtype):
     """Each row count runs the trace recorded with eager code's choice of attention kernel. The decoding test
     above sees a wrong choice only where the kernels' float32 results round to different bfloat16 numbers."""
-    traced, eager = networks[dtype]
+    traced, eager = networks(dtype)
     for rows in (1, 2, 3, 8, BLOCK_ROWS + 1):
         assert attention_kernels(traced, rows) == attention_kernels(eager, rows), f"{rows} rows"
 
@@ -92,7 +98,7 @@ def test_a_traced_step_attends_through_the_kernels_eager_code_chooses(networks, 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_batch_of_one_token_sources_encodes_as_eager_code_does(networks, dtype):
     """Many one-token sources in one pass (padded: T5's path) encode as eager code does."""
-    traced, eager = networks[dtype]
+    traced, eager = networks(dtype)
     batch = [[traced.config.eos_token_id]] * 9
     with torch.inference_mode():
         assert torch.equal(traced.encode_sources(batch)[0], eager.encode_sources(batch)[0])

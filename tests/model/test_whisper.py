@@ -22,7 +22,6 @@ from model import DecodeParams, SpeechOptions, SpeechWindows, load
 from model.audio.features import padded_features
 from model.decoding.logits_rules import ActiveRules, RowRules
 from model.decoding.speech_rules import TimestampRules
-from model.kernels import isa
 from model.speech import window_segments
 
 NEW_TOKENS = 12
@@ -180,8 +179,6 @@ def test_windows_are_engine_sources_with_their_prompts(models):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_a_windows_decoding_does_not_depend_on_its_batch(checkpoints, dtype):
-    if dtype == "bfloat16" and not isa.bfloat16_packs():
-        pytest.skip(f"bfloat16 does not run on {isa.instruction_sets()}")
     bundle = load(str(checkpoints["multilingual"]), dtype=dtype)
     windows = [SpeechWindows(bundle, speech(seconds, seed=seconds), SpeechOptions(language="en"))
                for seconds in (3, 9, 17, 29)]
