@@ -27,12 +27,12 @@ def run_capped(cap: str, args: list[str], verbose: bool = True) -> subprocess.Co
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": cap, "ONEDNN_VERBOSE": "1" if verbose else "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     env.pop("ATEN_CPU_CAPABILITY", None)
-    if CAPS.get(cap) and below_this_cpu(cap):  # ATen runs the kernels it is told to: above the CPU, SIGILL
+    if CAPS.get(cap) and within_this_cpu(cap):  # ATen runs the kernels it is told to: above the CPU, SIGILL
         env["ATEN_CPU_CAPABILITY"] = CAPS[cap]
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def below_this_cpu(cap: str) -> bool:
+def within_this_cpu(cap: str) -> bool:
     return LADDER.index(cap) <= LADDER.index(cpu_isa())
 
 
@@ -86,7 +86,7 @@ print(int(y[0, 0]) == ({value} - {zero_point}) * 127 * 512)
 """
 
 
-@pytest.mark.skipif(not below_this_cpu("AVX512_CORE_BF16"), reason=f"{cpu_isa()}: gemm:jit multiplies s8 × s8")
+@pytest.mark.skipif(not within_this_cpu("AVX512_CORE_BF16"), reason=f"{cpu_isa()}: gemm:jit multiplies s8 × s8")
 def test_the_check_sees_a_reference_kernel():
     """Negative control: s8 × s8 (what Int8Linear sent before) takes the reference kernel from AVX-512 up to
     below AMX (on AVX2 it takes a JIT kernel)."""
