@@ -22,7 +22,7 @@ _HOMES = {
     ".decoding.source": ["Source"],
     ".errors": ["AudioTooLarge", "AudioTooLong", "BadAudio", "CheckpointError"],
     ".kernels.cpu_memory": ["keep_freed_memory"],
-    ".kernels.dtypes": ["resolve_dtype", "resolve_placement"],
+    ".kernels.dtypes": ["kernels_for", "resolve_dtype", "resolve_placement"],
     ".kernels.isa": ["instruction_sets"],
     ".loading.bundle": ["ModelBundle", "demo_model_dir", "load"],
     ".loading.hub": ["is_repo_id"],

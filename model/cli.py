@@ -21,8 +21,7 @@ from tqdm import tqdm
 
 from .alignment import AlignmentInput, word_alignments
 from .errors import CheckpointError
-from .kernels.dtypes import CHOICES
-from .kernels.isa import instruction_sets
+from .kernels.dtypes import CHOICES, kernels_for
 from .text import read_file, translate_texts
 from .text.languages import iso_code
 from .translator import Translator
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dtype == "auto":
             print(f"dtype: {translator.bundle.dtype} (auto on {device})", file=sys.stderr)
         if device == "cpu":
-            print(f"kernels: {instruction_sets()}", file=sys.stderr)
+            print(f"kernels: {kernels_for(translator.bundle.dtype)}", file=sys.stderr)
         suffix = Path(args.input or "").suffix.lower()
         if suffix in DOCUMENT_SUFFIXES:
             return translate_document(translator, args, suffix)

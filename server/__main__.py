@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as e:
         print(f"python -m server: {e}", file=sys.stderr)
         return 1
-    from model import CheckpointError, instruction_sets, resolve_placement
+    from model import CheckpointError, kernels_for, resolve_placement
 
     from .front import ModelRegistry
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logging.getLogger("server").info("serving %s on %s in %s%s%s", ", ".join(registry.entries), device, dtype,
                                      " (--dtype auto)" if settings.dtype == "auto" else "",
-                                     f" ({instruction_sets()})" if device == "cpu" else "")
+                                     f" ({kernels_for(dtype)})" if device == "cpu" else "")
     if args.no_ray:
         from .runtime.workers import serve
 

@@ -12,6 +12,7 @@ from batch_decoding import assert_rows_invariant, decodings, differences, linear
 from model import instruction_sets, load, resolve_dtype
 from model.demo.data import LANGUAGES, held_out_numbers, source_text
 from model.kernels import isa
+from model.kernels.int8_native import int8_products
 
 SHAPES = ((512, 2048), (2048, 512))  # the product shapes of a d_model 512 model (opus-mt), both directions
 
@@ -41,6 +42,7 @@ def main() -> None:
     failures = [failure for dtype in formats for failure in check(dtype)]
     print(json.dumps({"isa": isa.onednn_isa(), "instruction_sets": instruction_sets(), "formats": formats,
                       "auto": resolve_dtype("auto", "cpu"), "int8_limit": isa.int8_activation_range(),
+                      "int8_products": int8_products(),
                       "failures": failures}), flush=True)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import isa
+from . import int8_native, isa
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CHOICES = ("auto", *DTYPES, "int8")  # int8: dynamic quantization of the Linear layers, CPU only
@@ -20,6 +20,13 @@ CHOICES = ("auto", *DTYPES, "int8")  # int8: dynamic quantization of the Linear 
 def bfloat16_by_default() -> bool:
     """Whether `auto` picks bfloat16 on this CPU: where oneDNN may use AMX."""
     return isa.at_least("AVX512_CORE_AMX")
+
+
+def kernels_for(dtype: str) -> str:
+    """One line for logs and /v1/models: the instruction sets this process may use, and for int8 whose products
+    run (ours builds at the first call where it is the one)."""
+    line = isa.instruction_sets()
+    return f"{line}, int8 products {int8_native.int8_products()}" if dtype == "int8" else line
 
 
 def resolve_placement(device: str, dtype: str) -> tuple[str, str]:

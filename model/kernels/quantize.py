@@ -6,9 +6,10 @@ rounding depends on that row alone, and the int8 × int8 product accumulates exa
 same whatever else is in its step (batch invariance; torch's dynamically quantized Linear scales a whole step's
 activations by their largest value, so one sequence's numbers moved with its neighbours'). Embeddings stay float.
 
-Activations go to oneDNN as u8 with a zero point (the value plus `limit`), which every x86 kernel multiplies by s8
-weights natively (s8 × s8 sends CPUs without AMX to oneDNN's reference kernel). Where the CPU has no VNNI the kernel
-sums pairs of products in 16 bits, so there activations keep to 7 bits (isa.int8_activation_range): still exact.
+Activations go to the product as u8 with a zero point (the value plus `limit`), which every x86 kernel multiplies by
+s8 weights natively (s8 × s8 sends CPUs without AMX to oneDNN's reference kernel). Where the CPU has no VNNI the
+kernel sums pairs of products in 16 bits, so there activations keep to 7 bits (isa.int8_activation_range): still
+exact. The product is oneDNN's where VNNI or AMX sum exactly in one instruction, ours below that (int8_native).
 
 Each Linear is replaced by its int8 one as the checkpoint's layers come in (load_network), so the float32 model
 never exists whole. A matrix is quantized a block of rows at a time (Int8Rows): the output projection (a vocabulary
@@ -23,7 +24,7 @@ from typing import List, Optional, Union
 import torch
 from torch import nn
 
-from . import isa
+from . import int8_native, isa
 from .cpu_memory import release_freed_memory
 
 INT8_MAX = 127  # symmetric: -127..127, so that a value and its negation round alike
@@ -51,25 +52,35 @@ def _row_scales(x: torch.Tensor, limit: int) -> torch.Tensor:
 class Int8Linear(nn.Module):
     """y = x·Wᵀ + b with W held as int8 values and a scale per output channel; x rounded to int8 per row
     (shifted_rows, within the range this process's kernels sum exactly), multiplied in int8 with int32 sums (exact,
-    so a row's sums do not depend on the kernel's blocking or on the other rows), then scaled back to float32. The
-    product is oneDNN's, on the weight reordered once for it (torch._int_mm reorders it on every call: twice as slow
-    at one row)."""
+    so a row's sums do not depend on the kernel's blocking or on the other rows), then scaled back to float32.
+    The product is ours (int8_native, which rounds the rows itself) or oneDNN's, each on the weight laid out once
+    for it (torch._int_mm reorders it on every call: twice as slow at one row)."""
 
     def __init__(self, values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_features, self.in_features = values.shape
-        self.register_buffer("packed", torch.ops.onednn.qlinear_prepack(values, None))  # oneDNN's layout
+        self.activation_limit = isa.int8_activation_range()  # the kernels' exact range, as they run here
+        self.own_kernel = int8_native.own_kernel()
+        if self.own_kernel:
+            self.register_buffer("packed", int8_native.pack(values))
+            self.register_buffer("column_sums", values.sum(1, dtype=torch.int32))  # (out,): takes the shift back
+        else:
+            self.register_buffer("packed", torch.ops.onednn.qlinear_prepack(values, None))  # oneDNN's layout
+            self.register_buffer("zero_points", torch.zeros(self.out_features, dtype=torch.long))  # symmetric
         self.register_buffer("scales", scales.float())  # (out,)
-        self.register_buffer("zero_points", torch.zeros(self.out_features, dtype=torch.long))  # symmetric
         self.register_buffer("bias", None if bias is None else bias.detach().float())  # (out,)
-        self.activation_limit = isa.int8_activation_range()  # the kernels' exact range, as oneDNN runs here
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        values, row_scales = shifted_rows(x.reshape(-1, self.in_features), self.activation_limit)  # (M, in), (M, 1)
-        y = _int8_product(values, self.activation_limit, self.packed, self.scales, self.zero_points)
-        y.mul_(row_scales)  # (M, out)
-        if self.bias is not None:
-            y.add_(self.bias)
+        rows = x.reshape(-1, self.in_features)  # (M, in)
+        if self.own_kernel:
+            y = torch.ops.seq2seq_int8.linear(rows.contiguous(), self.packed, self.column_sums, self.scales,
+                                              self.bias, self.activation_limit)
+        else:
+            values, row_scales = shifted_rows(rows, self.activation_limit)  # (M, in), (M, 1)
+            y = _int8_product(values, self.activation_limit, self.packed, self.scales, self.zero_points)
+            y.mul_(row_scales)  # (M, out)
+            if self.bias is not None:
+                y.add_(self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
 

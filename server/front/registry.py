@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model import (CheckpointError, demo_model_dir, instruction_sets, is_repo_id, iso_code, load, new_tokens_within,
+from model import (CheckpointError, demo_model_dir, is_repo_id, iso_code, kernels_for, load, new_tokens_within,
                    resolve_placement)
 
 from ..domain import LanguageInfo, ModelInfo
@@ -70,7 +70,7 @@ def model_info(entry: ModelEntry, settings: Settings) -> ModelInfo:
         chat_template=entry.chat_template, speech=entry.speech,
         max_audio_bytes=settings.max_audio_bytes if entry.speech else None,
         max_audio_seconds=settings.max_audio_seconds if entry.speech else None,
-        device=device, dtype=dtype, kernels=instruction_sets() if device == "cpu" else None)
+        device=device, dtype=dtype, kernels=kernels_for(dtype) if device == "cpu" else None)
 
 
 class ModelRegistry:

@@ -4,6 +4,7 @@ import pytest
 
 import model.kernels.dtypes as dtypes
 from model import instruction_sets, resolve_dtype
+from model.kernels.int8_native import int8_products
 from server.front.registry import ModelRegistry, model_info
 from server.settings import Settings
 
@@ -31,6 +32,8 @@ def test_models_list_says_the_dtype_chosen():
     assert model_info(entry, Settings(device="cpu", dtype="auto")).dtype == resolve_dtype("auto", "cpu")
     assert model_info(entry, Settings(device="cpu", dtype="int8")).dtype == "int8"
     assert model_info(entry, Settings(device="cpu")).kernels == instruction_sets()  # which kernels it got
+    assert model_info(entry, Settings(device="cpu", dtype="int8")).kernels == (
+        f"{instruction_sets()}, int8 products {int8_products()}")  # and whose int8 products
 
 
 def test_server_refuses_float16_on_the_cpu(capsys):

@@ -61,6 +61,13 @@ def test_every_format_keeps_a_rows_numbers_whatever_its_batch(probed):
     assert "int8" in summary["formats"] and "float32" in summary["formats"]
 
 
+def test_int8_runs_our_kernel_where_the_cap_has_no_vnni(probed):
+    """Below VNNI oneDNN's u8 × s8 kernel is slow at a few rows (model.kernels.int8_native): ours runs there, and
+    oneDNN's where one instruction sums int8 products exactly."""
+    cap, summary, _ = probed
+    assert summary["int8_products"] == ("ours (avx2)" if summary["int8_limit"] == 64 else "oneDNN"), (cap, summary)
+
+
 def test_auto_picks_a_format_that_runs_under_the_cap(probed):
     cap, summary, _ = probed
     assert summary["auto"] in summary["formats"]
