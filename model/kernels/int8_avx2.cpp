@@ -57,15 +57,18 @@ float round_row(const float* x, int64_t K, int64_t padded_K, int limit, uint8_t*
 }
 
 // Rows [0, R) × column blocks [0, NB) of the product: R ≤ 4 rows of u8 activations (stride lda) against NB column
-// blocks of packed weights (each depth·32 bytes), sums into acc[r][j].
+// blocks of packed weights (each depth·32 bytes, one after the other), sums into acc[r][j]. `next`, when not null,
+// is the next column blocks' weights, fetched into the cache meanwhile: at a few rows the product waits on memory
+// otherwise, a block's multiplies and the next one's reads one after the other.
 template <int R, int NB>
 inline void multiply(const uint8_t* a, int64_t lda, const int8_t* w, int64_t block_stride, int64_t depth,
-                     __m256i (&acc)[R][NB]) {
+                     const int8_t* next, __m256i (&acc)[R][NB]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i sums[R][NB];  // local, so that they stay in registers (acc may alias the weights for the compiler)
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NB; ++j) sums[r][j] = _mm256_setzero_si256();
   for (int64_t d = 0; d < depth; ++d) {
+    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + d * NB * kBlockBytes), _MM_HINT_T0);
     __m256i weights[NB];
     for (int j = 0; j < NB; ++j)
       weights[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + j * block_stride + d * kBlockBytes));
@@ -133,16 +136,17 @@ inline void finish(const __m256i (&acc)[R][NB], const float* row_scales, int64_t
 
 template <int NB>
 void rows_times_blocks(const uint8_t* a, int64_t lda, const float* row_scales, int64_t rows, const int8_t* w,
-                       int64_t block_stride, int64_t depth, int64_t n0, const Epilogue& e, float* y, int64_t ldy) {
+                       int64_t block_stride, int64_t depth, const int8_t* next, int64_t n0, const Epilogue& e,
+                       float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
+  for (; r + 4 <= rows; r += 4) {  // the first rows read the weights from memory, the others from the cache
     __m256i acc[4][NB];
-    multiply<4, NB>(a + r * lda, lda, w, block_stride, depth, acc);
+    multiply<4, NB>(a + r * lda, lda, w, block_stride, depth, r == 0 ? next : nullptr, acc);
     finish<4, NB>(acc, row_scales + r, n0, e, y + r * ldy, ldy);
   }
   for (; r < rows; ++r) {
     __m256i acc[1][NB];
-    multiply<1, NB>(a + r * lda, lda, w, block_stride, depth, acc);
+    multiply<1, NB>(a + r * lda, lda, w, block_stride, depth, r == 0 ? next : nullptr, acc);
     finish<1, NB>(acc, row_scales + r, n0, e, y + r * ldy, ldy);
   }
 }
@@ -181,12 +185,13 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t b = p * kPair;
+      const int8_t* next = b + 2 * kPair <= blocks ? w + (b + kPair) * block_stride : nullptr;
       if (b + kPair <= blocks)
         rows_times_blocks<kPair>(a.data(), lda, row_scales.data(), M, w + b * block_stride, block_stride, depth,
-                                 b * kCols, e, ys, N);
+                                 next, b * kCols, e, ys, N);
       else
         rows_times_blocks<1>(a.data(), lda, row_scales.data(), M, w + b * block_stride, block_stride, depth,
-                             b * kCols, e, ys, N);
+                             nullptr, b * kCols, e, ys, N);
     }
   });
   return y;

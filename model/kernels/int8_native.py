@@ -37,21 +37,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seq2seq-serve" / "kernels"
 
 
+# -fopenmp: at::parallel_for is OpenMP pragmas in torch's headers (serial without it); the library's libgomp.so.1 is
+# the one torch has loaded already, so one thread pool serves both. -ffp-contract=off: no FMA in the epilogue.
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off", "-std=c++17", "-w", "-fPIC", "-shared")
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
 def _compile_command(output: Path) -> list[str]:
     from torch.utils import cpp_extension  # imports setuptools: only when a build is needed
 
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    return [os.environ.get("CXX", "c++"), "-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-std=c++17", "-w",
-            "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    return [_compiler(), *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
             *(f"-I{path}" for path in cpp_extension.include_paths()), str(SOURCE), "-o", str(output),
             *(f"-L{path}" for path in cpp_extension.library_paths()), "-lc10", "-ltorch_cpu"]
 
 
 def _library() -> Path:
-    """The built library: named by the source, torch's version and the compiler, built once under a lock (parallel
-    test workers or replicas wait for the first)."""
-    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()
-                         + os.environ.get("CXX", "c++").encode()).hexdigest()[:16]
+    """The built library: named by the source, torch's version, the compiler and its flags, built once under a lock
+    (parallel test workers or replicas wait for the first)."""
+    built_by = " ".join((torch.__version__, _compiler(), *FLAGS)).encode()
+    key = hashlib.sha256(SOURCE.read_bytes() + built_by).hexdigest()[:16]
     directory = cache_dir()
     library = directory / f"int8_avx2-{key}.so"
     if library.exists():
@@ -76,9 +83,9 @@ def own_kernel() -> bool:
     it has built and loaded."""
     if isa.int8_activation_range() == 127 or not isa.at_least("AVX2"):
         return False
-    if shutil.which(os.environ.get("CXX", "c++")) is None:
+    if shutil.which(_compiler()) is None:
         log.warning("int8: no C++ compiler (%s) to build our AVX2 kernel; oneDNN's runs, slower at a few rows",
-                    os.environ.get("CXX", "c++"))
+                    _compiler())
         return False
     try:
         torch.ops.load_library(str(_library()))
