@@ -70,3 +70,24 @@ def test_the_library_is_built_once_and_loaded_from_the_cache(tmp_path, monkeypat
     modified = built.stat().st_mtime_ns
     assert int8_native._library() == built and built.stat().st_mtime_ns == modified
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".so"] == [built.name]  # no scratch left behind
+
+
+@pytest.fixture
+def fresh_choice():
+    """own_kernel() decided anew in the test, and again after it (the process's choice is cached)."""
+    int8_native.own_kernel.cache_clear()
+    yield
+    int8_native.own_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("compiler", ["/nonexistent/c++", "false"])  # none; one that fails
+def test_without_a_build_onednns_product_runs_and_the_log_says_so(fresh_choice, tmp_path, monkeypatch, caplog,
+                                                                    compiler):
+    monkeypatch.setenv("CXX", compiler)
+    monkeypatch.setenv("SEQ2SEQ_KERNEL_CACHE", str(tmp_path))
+    assert not int8_native.own_kernel() and int8_native.int8_products() == "oneDNN"
+    assert [r.levelname for r in caplog.records if "oneDNN's runs" in r.getMessage()] == ["WARNING"]  # once
+    values, scales = quantize_rows(torch.randn(16, 32, generator=torch.Generator().manual_seed(0)))
+    linear = Int8Linear(values, scales[:, 0], None)
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
+    assert not linear.own_kernel and torch.equal(linear(x), onednn_linear(linear, values, x))
