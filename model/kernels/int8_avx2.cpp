@@ -1,5 +1,5 @@
-// int8 Linear for x86 CPUs with AVX2 and no VNNI (int8.py builds and loads it): y = x·Wᵀ·scales + bias, each row of
-// x rounded to 7-bit integers on a scale of its own and multiplied by the int8 weights with exact int32 sums.
+// int8 Linear for x86 CPUs with AVX2 and no VNNI (int8_native.py builds and loads it): y = x·Wᵀ·scales + bias, each
+// row of x rounded to 7-bit integers on a scale of its own and multiplied by the int8 weights with exact int32 sums.
 //
 // Why our own: oneDNN's u8 × s8 AVX2 kernel takes longer for one row than the float32 product, which reads four
 // times the bytes. Here a row is rounded and multiplied in one call, and the weights are read once per block of rows
@@ -10,7 +10,7 @@
 // - The shift is taken back in int32: Σ (q + limit)·w − limit·Σ w = Σ q·w, with each column's Σ w found at packing.
 // A row's int32 sums are therefore the same whatever the blocking or the other rows (batch invariance), and the
 // float epilogue is per element: (float)sum · channel scale · row scale + bias, in that order (no FMA contraction),
-// as int8.py's oneDNN path computes it.
+// as quantize.py computes it around oneDNN's product.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
