@@ -64,7 +64,8 @@ def _library() -> Path:
     if library.exists():
         return library
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f"{library.name}.lock", "w") as lock:
+    lock_path = directory / f"{library.name}.lock"
+    with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not library.exists():
             with tempfile.TemporaryDirectory(dir=directory) as scratch:
@@ -74,6 +75,7 @@ def _library() -> Path:
                 if done.returncode != 0:
                     raise RuntimeError(done.stderr.strip()[-2000:] or f"exit status {done.returncode}")
                 os.replace(built, library)  # whole or absent, for a process that does not take the lock
+        lock_path.unlink(missing_ok=True)  # a process still waiting on it finds the library when it gets the lock
     return library
 
 
