@@ -71,7 +71,7 @@ inline void multiply(const uint8_t* a, int64_t lda, const int8_t* w, int64_t blo
     if (next) _mm_prefetch(reinterpret_cast<const char*>(next + d * NB * kBlockBytes), _MM_HINT_T0);
     __m256i weights[NB];
     for (int j = 0; j < NB; ++j)
-      weights[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + j * block_stride + d * kBlockBytes));
+      weights[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * block_stride + d * kBlockBytes));
     for (int r = 0; r < R; ++r) {
       int32_t four;
       __builtin_memcpy(&four, a + r * lda + d * kDepth, 4);
