@@ -26,6 +26,7 @@ from . import isa
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_avx2.cpp")
+LIMIT = 64  # the largest activation magnitude whose vpmaddubsw pair sums stay exact (int8_avx2.cpp)
 OWN = "ours (avx2)"
 ONEDNN = "oneDNN"
 
@@ -83,7 +84,7 @@ def _library() -> Path:
 def own_kernel() -> bool:
     """Whether Int8Linear runs our kernel in this process: where the CPU (or the cap) has AVX2 and no VNNI, once
     it has built and loaded."""
-    if isa.int8_activation_range() == 127 or not isa.at_least("AVX2"):
+    if isa.int8_activation_range() > LIMIT or not isa.at_least("AVX2"):  # VNNI or AMX: oneDNN's sum exactly
         return False
     if shutil.which(_compiler()) is None:
         log.warning("int8: no C++ compiler (%s) to build our AVX2 kernel; oneDNN's runs, slower at a few rows",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from model.kernels import int8_native
 from model.kernels.isa import LADDER, cpu_isa
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,8 @@ def test_int8_runs_our_kernel_where_the_cap_has_no_vnni(probed):
     """Below VNNI oneDNN's u8 × s8 kernel is slow at a few rows (model.kernels.int8_native): ours runs there, and
     oneDNN's where one instruction sums int8 products exactly."""
     cap, summary, _ = probed
-    assert summary["int8_products"] == ("ours (avx2)" if summary["int8_limit"] == 64 else "oneDNN"), (cap, summary)
+    expected = int8_native.OWN if summary["int8_limit"] <= int8_native.LIMIT else int8_native.ONEDNN
+    assert summary["int8_products"] == expected, (cap, summary)
 
 
 def test_auto_picks_a_format_that_runs_under_the_cap(probed):
